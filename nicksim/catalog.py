@@ -1,0 +1,72 @@
+"""Built-in systems, and turning a SYSTEM argument into a completed topology document.
+
+The catalog names NCCL-format XML files in the repository's `topologies/` folder, each
+written from public specifications. `resolve_system(spec)` accepts a catalog name or a path
+to a topology file; `load_node(spec, options)` reads it, completes it with fill.py and
+returns the document plus the notes of what was assumed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from .errors import TopologyError, UnknownNameError
+from .fill import FillOptions, FilledTopology, fill_topology
+from .xml import TopoXml, read_topo_xml
+
+__all__ = ["CatalogEntry", "CATALOG", "DEFAULT_SYSTEM", "topology_dir", "resolve_system", "load_node"]
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """A built-in system: its name, file, GPU model, usual fabric and a one-line description."""
+
+    name: str
+    file: str
+    gpu: str
+    fabric: str
+    description: str
+
+
+CATALOG: Mapping[str, CatalogEntry] = MappingProxyType({e.name: e for e in (
+    CatalogEntry("dgx-a100", "dgx-a100.xml", "a100", "ib", "DGX A100: 8x A100-SXM4, 6 NVSwitch, 8x HDR 200G, 2x EPYC 7742"),
+    CatalogEntry("dgx-h100", "dgx-h100.xml", "h100", "ib", "DGX H100: 8x H100 SXM5, 4 NVSwitch, 8x NDR 400G, 2x Xeon 8480C"),
+    CatalogEntry("hgx-h200", "hgx-h200.xml", "h200", "ib", "HGX H200: 8x H200 SXM, NVSwitch, 8x 400G, 2x Emerald Rapids"),
+    CatalogEntry("dgx-b200", "dgx-b200.xml", "b200", "ib", "DGX B200: 8x B200, 2 NVSwitch, 8x NDR 400G, 2x Xeon 8570"),
+    CatalogEntry("gb200-nvl72", "gb200-nvl72.xml", "gb200", "ib",
+                 "GB200 NVL72: 18 trays x 4 B200 + 2 Grace (C2C), one NVLink domain, one 400G NIC per GPU"),
+    CatalogEntry("pcie-8x-rtx4090", "pcie-8x-rtx4090.xml", "rtx4090", "roce",
+                 "8x RTX 4090, each on its own root port, 2x EPYC 9004, no P2P"),
+    CatalogEntry("pcie-2x-rtx2080ti", "pcie-2x-rtx2080ti.xml", "rtx2080ti", "tcp",
+                 "2x RTX 2080 Ti behind one PCIe switch, P2P not supported"),
+    CatalogEntry("pcie-8x-l40s", "pcie-8x-l40s.xml", "l40s", "roce", "8x L40S behind 4 PCIe switches, no NVLink"),
+)})
+DEFAULT_SYSTEM = "dgx-h100"
+
+
+def topology_dir() -> Path:
+    """The repository's topologies/ folder (the package is installed from the checkout)."""
+    return Path(__file__).resolve().parent.parent / "topologies"
+
+
+def resolve_system(spec: str, where: str = "SYSTEM") -> tuple[TopoXml, CatalogEntry | None]:
+    """Read the topology a SYSTEM argument names: a catalog name, or an XML file path."""
+    entry = CATALOG.get(spec.strip().lower())
+    if entry is not None:
+        path = topology_dir() / entry.file
+        if not path.is_file():
+            raise TopologyError(f"catalog file {path} is missing", where, "a checkout with its topologies/ folder")
+        doc = read_topo_xml(path)
+        return TopoXml(doc.root, doc.comments, entry.name), entry
+    path = Path(spec)
+    if path.suffix.lower() == ".xml" or path.exists() or "/" in spec:
+        return read_topo_xml(path), None
+    raise UnknownNameError(f"unknown system '{spec}'", where, ", ".join(CATALOG) + ", or a topology .xml file")
+
+
+def load_node(spec: str, options: FillOptions, where: str = "SYSTEM") -> tuple[FilledTopology, CatalogEntry | None]:
+    """The completed topology of one node (or one NVLink domain) named by `spec`."""
+    doc, entry = resolve_system(spec, where)
+    return fill_topology(doc, options), entry

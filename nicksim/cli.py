@@ -1,0 +1,191 @@
+"""The `nicksim` command line.
+
+Every failure a user can cause ends in one line on stderr — what, where, what would be valid
+— and exit status 2; `--debug` shows the traceback instead. The environment is read here, once,
+through params.read_params, and passed down.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Sequence
+
+from .catalog import CATALOG, DEFAULT_SYSTEM, load_node
+from .cluster import ClusterSpec, build_cluster, format_cluster
+from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version, topo_rules
+from .errors import NickSimError, UsageError
+from .fill import FillOptions
+from .hardware import FABRICS, GPU_MODELS, fabric, gpu_model
+from .params import Params, read_params
+from .paths import compute_paths, format_paths
+from .topo import build_system, format_system
+from .xml import write_topo_xml
+
+__all__ = ["main", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} '{text}' is not an integer (valid: 1 or more)") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name} {value} (valid: 1 or more)")
+        return value
+    return parse
+
+
+def _nonneg_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} '{text}' is not an integer (valid: 0 or more)") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} {value} (valid: 0 or more)")
+        return value
+    return parse
+
+
+def _positive_float(name: str, minimum: float = 0.0, inclusive: bool = False):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} '{text}' is not a number") from None
+        ok = value >= minimum if inclusive else value > minimum
+        if not ok or value != value or value in (float("inf"),):
+            bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{name} {text} (valid: a number {bound})")
+        return value
+    return parse
+
+
+def _add_system_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("system")
+    g.add_argument("system", nargs="?", metavar="SYSTEM",
+                   help=f"catalog name ({', '.join(CATALOG)}) or an NCCL topology .xml file; "
+                        f"default: NCCL_TOPO_FILE if set, else {DEFAULT_SYSTEM}")
+    g.add_argument("--system", dest="system_opt", metavar="NAME|FILE", help="same as SYSTEM")
+    g.add_argument("--gpu", metavar="MODEL", help=f"complete partial files with this GPU ({', '.join(GPU_MODELS)})")
+    g.add_argument("--nodes", type=_positive_int("--nodes"), default=1, help="number of nodes (default 1)")
+    g.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node"), help="use the first G GPUs of each node")
+    g.add_argument("--fabric", metavar="NAME", help=f"inter-node network: {', '.join(FABRICS)}")
+    g.add_argument("--nics-per-node", type=_nonneg_int("--nics-per-node"), help="NIC ports per node")
+    g.add_argument("--nic-gbps", type=_positive_float("--nic-gbps"), help="speed of every NIC, Gbit/s")
+    g.add_argument("--oversubscription", type=_positive_float("--oversubscription", 1.0, True), default=1.0,
+                   help="leaf uplink oversubscription, e.g. 2 for 2:1 (default 1)")
+    g.add_argument("--hosts-per-leaf", type=_positive_int("--hosts-per-leaf"), default=32,
+                   help="nodes per leaf switch and rail (default 32)")
+    g.add_argument("--no-rail-optimized", dest="rail", action="store_false",
+                   help="plug each node's NICs into shared leaves instead of one leaf per rail")
+    g.add_argument("--switch-lat-us", type=_positive_float("--switch-lat-us", 0.0, True),
+                   help="latency of one switch hop, us (default: the fabric's)")
+    g.add_argument("--nccl-version", default=str(DEFAULT_VERSION.line), metavar="V",
+                   help=f"NCCL release line to model ({MODELLED_VERSIONS[0].line} .. {DEFAULT_VERSION.line}; "
+                        f"default {DEFAULT_VERSION.line})")
+    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="an NCCL_*/NICKSIM_* setting (repeatable; wins over the environment)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="nicksim", description="NCCL's decisions, reproduced and simulated.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    topo = sub.add_parser("topo", help="print the system as NCCL's GRAPH subsystem does")
+    _add_system_options(topo)
+    topo.add_argument("--dump-xml", metavar="FILE", help="write the completed topology XML (as NCCL_TOPO_DUMP_FILE)")
+    topo.add_argument("--paths", action="store_true", help="print path types, bandwidths and transports")
+    topo.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    topo.set_defaults(run=_run_topo)
+    return parser
+
+
+def _warn(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(f"nicksim: {line}", file=sys.stderr)
+
+
+def _system_spec(args, params: Params) -> tuple[str, str]:
+    if args.system and args.system_opt and args.system != args.system_opt:
+        raise UsageError(f"two systems given ('{args.system}' and '{args.system_opt}')", "SYSTEM / --system",
+                         "one of them")
+    if args.system or args.system_opt:
+        return args.system or args.system_opt, "SYSTEM"
+    topo_file = params.get("NCCL_TOPO_FILE")
+    if topo_file:
+        return topo_file, "NCCL_TOPO_FILE"
+    return DEFAULT_SYSTEM, "SYSTEM"
+
+
+def _run_topo(args, params: Params) -> int:
+    version = parse_version(args.nccl_version)
+    rules = topo_rules(version)
+    spec, where = _system_spec(args, params)
+    fab = fabric(args.fabric) if args.fabric else None
+    model = gpu_model(args.gpu) if args.gpu else None
+    options = FillOptions(gpu=model, gpus_per_node=args.gpus_per_node, nics_per_node=args.nics_per_node,
+                          nic_gbps=args.nic_gbps, fabric=fab)
+    filled, entry = load_node(spec, options, where)
+    if fab is None:
+        fab = fabric(entry.fabric) if entry else FABRICS["ib"]
+    system = build_system(filled.doc, rules, notes=filled.notes)
+    inter = args.nodes > 1
+    paths = compute_paths(system, params, inter=inter, net_plugin=fab.net_plugin)
+    cluster = build_cluster(system, paths, ClusterSpec(
+        nodes=args.nodes, fabric=fab, rail_optimized=args.rail, hosts_per_leaf=args.hosts_per_leaf,
+        oversubscription=args.oversubscription, switch_lat_us=args.switch_lat_us))
+    _warn(system.notes)
+    _warn(paths.notes)
+    dump = args.dump_xml or params.get("NCCL_TOPO_DUMP_FILE")
+    if dump:
+        write_topo_xml(filled.doc, dump)
+    print("\n".join(format_system(system, paths.max_bw, paths.total_bw)))
+    if args.nodes > 1:
+        print("\n".join(format_cluster(cluster)))
+    if args.paths:
+        print("\n".join(format_paths(paths)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        params = read_params(os.environ, args.env)
+        _warn(params.warnings)
+        return args.run(args, params)
+    except NickSimError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"nicksim: error: {exc.line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("nicksim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug in nicksim, not bad input
+        if debug:
+            traceback.print_exc()
+        else:
+            print(f"nicksim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+                  file=sys.stderr)
+        return 70
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Multi-node clusters: identical nodes joined by an explicit network graph.
+
+A Cluster is N copies of one node System (its paths computed once, since the copies are
+identical) plus the inter-node fabric as a networkx graph: every NIC port of every node, the
+leaf switches it plugs into and the spine above them. Rail-optimized by default (NIC i of
+every node on rail i's leaf switches); leaves hold `hosts_per_leaf` nodes each, and their
+uplinks carry the downlink bandwidth divided by `oversubscription`. Edges carry `bw_gbps`
+(GB/s per direction) and `lat_us`; switches carry their own `lat_us`. NCCL's own view of the
+network stays what it is in the node System: NET nodes with a speed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .errors import UsageError
+from .hardware import Fabric
+from .paths import Paths, local_net
+from .topo import System
+
+__all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "Route", "format_cluster"]
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """How nodes are wired: count, fabric, rails, leaf size, oversubscription, cable latency."""
+
+    nodes: int = 1
+    fabric: Fabric | None = None
+    rail_optimized: bool = True
+    hosts_per_leaf: int = 32
+    oversubscription: float = 1.0
+    switch_lat_us: float | None = None
+    cable_lat_us: float = 0.05
+
+    def check(self) -> None:
+        if self.nodes < 1:
+            raise UsageError(f"{self.nodes} nodes", "--nodes", "1 or more")
+        if self.hosts_per_leaf < 1:
+            raise UsageError(f"{self.hosts_per_leaf} hosts per leaf", "--hosts-per-leaf", "1 or more")
+        if not self.oversubscription >= 1.0:
+            raise UsageError(f"oversubscription {self.oversubscription}", "--oversubscription",
+                             "1 (non-blocking) or more, e.g. 2 for 2:1")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """N identical nodes (one System and its Paths) and the frozen fabric graph between them."""
+
+    spec: ClusterSpec
+    node: System
+    paths: Paths
+    graph: nx.Graph
+    leaves: int
+    spines: int
+
+    @property
+    def gpus_per_node(self) -> int:
+        return len(self.node.gpus())
+
+    @property
+    def nranks(self) -> int:
+        return self.spec.nodes * self.gpus_per_node
+
+
+def _nic_key(node: int, dev: int) -> tuple:
+    return ("nic", node, dev)
+
+
+def build_cluster(system: System, paths: Paths, spec: ClusterSpec) -> Cluster:
+    """Assemble the fabric graph for `spec.nodes` copies of `system`."""
+    spec.check()
+    graph = nx.Graph()
+    nets = [system.nodes[n].net for n in system.nets()]
+    switch_lat = spec.switch_lat_us if spec.switch_lat_us is not None else (
+        spec.fabric.switch_lat_us if spec.fabric else 0.13)
+    for node in range(spec.nodes):
+        for net in nets:
+            graph.add_node(_nic_key(node, net.dev), kind="nic", node=node, dev=net.dev, bw_gbps=net.bw_gbps)
+    leaves = spines = 0
+    if spec.nodes > 1 and nets:
+        leaves, spines = _wire_switches(graph, spec, nets, switch_lat)
+    return Cluster(spec, system, paths, nx.freeze(graph), leaves, spines)
+
+
+def _wire_switches(graph: nx.Graph, spec: ClusterSpec, nets, switch_lat: float) -> tuple[int, int]:
+    per_leaf = spec.hosts_per_leaf
+    groups = math.ceil(spec.nodes / per_leaf)
+    leaf_ids = []
+    if spec.rail_optimized:
+        for rail, net in enumerate(nets):
+            for group in range(groups):
+                leaf = ("leaf", rail, group)
+                graph.add_node(leaf, kind="leaf", lat_us=switch_lat)
+                leaf_ids.append(leaf)
+            for node in range(spec.nodes):
+                graph.add_edge(_nic_key(node, net.dev), ("leaf", rail, node // per_leaf),
+                               bw_gbps=net.bw_gbps, lat_us=spec.cable_lat_us)
+    else:
+        ports = per_leaf * len(nets)
+        count = math.ceil(spec.nodes * len(nets) / ports)
+        for index in range(count):
+            leaf = ("leaf", -1, index)
+            graph.add_node(leaf, kind="leaf", lat_us=switch_lat)
+            leaf_ids.append(leaf)
+        for node in range(spec.nodes):
+            for k, net in enumerate(nets):
+                graph.add_edge(_nic_key(node, net.dev), ("leaf", -1, (node * len(nets) + k) // ports),
+                               bw_gbps=net.bw_gbps, lat_us=spec.cable_lat_us)
+    if len(leaf_ids) == 1:
+        return 1, 0
+    # Uplink capacity of a leaf is its downlink capacity / oversubscription, spread over the spines.
+    down_gbps = max(sum(graph.edges[e]["bw_gbps"] for e in graph.edges(leaf)) for leaf in leaf_ids)
+    spines = max(1, min(per_leaf, len(leaf_ids)))
+    up_each = down_gbps / spec.oversubscription / spines
+    for s in range(spines):
+        spine = ("spine", s)
+        graph.add_node(spine, kind="spine", lat_us=switch_lat)
+        for leaf in leaf_ids:
+            graph.add_edge(leaf, spine, bw_gbps=up_each, lat_us=spec.cable_lat_us)
+    return len(leaf_ids), spines
+
+
+@dataclass(frozen=True)
+class Route:
+    """A route through the fabric between two NIC ports: hops, bottleneck GB/s, latency."""
+
+    nodes: tuple
+    bw_gbps: float
+    lat_us: float
+
+    @property
+    def switches(self) -> int:
+        return sum(1 for n in self.nodes if n[0] in ("leaf", "spine"))
+
+
+def fabric_route(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) -> Route | None:
+    """Shortest route from NIC (node, dev) to NIC (node, dev); None if they are not connected."""
+    g = cluster.graph
+    a, b = _nic_key(*src), _nic_key(*dst)
+    if a not in g or b not in g:
+        return None
+    try:
+        hops = nx.shortest_path(g, a, b)
+    except nx.NetworkXNoPath:
+        return None
+    if len(hops) == 1:
+        return Route(tuple(hops), g.nodes[a]["bw_gbps"], 0.0)
+    bw = min(g.edges[u, v]["bw_gbps"] for u, v in zip(hops, hops[1:]))
+    lat = sum(g.edges[u, v]["lat_us"] for u, v in zip(hops, hops[1:]))
+    lat += sum(g.nodes[n].get("lat_us", 0.0) for n in hops if n[0] != "nic")
+    return Route(tuple(hops), bw, lat)
+
+
+def format_cluster(cluster: Cluster) -> list[str]:
+    """A summary of the cluster and one inter-node route per local GPU (channel 0)."""
+    spec = cluster.spec
+    system = cluster.node
+    nets = [system.nodes[n].net for n in system.nets()]
+    speeds = sorted({round(n.bw_gbps * 8, 1) for n in nets})
+    fab = spec.fabric.name if spec.fabric else "ib"
+    lines = [f"=== Cluster : {spec.nodes} nodes x {cluster.gpus_per_node} GPUs = {cluster.nranks} ranks, "
+             f"fabric {fab} ({cluster.paths.net_plugin}), {len(nets)} NICs/node at "
+             f"{'/'.join(f'{s:g}' for s in speeds) or '-'} Gbit/s, "
+             f"{'rail-optimized' if spec.rail_optimized else 'not rail-optimized'}, "
+             f"{cluster.leaves} leaf + {cluster.spines} spine switches, oversubscription {spec.oversubscription:g}:1 ==="]
+    if spec.nodes < 2:
+        return lines
+    for g in sorted(system.gpus(), key=lambda i: system.nodes[i].gpu.rank):
+        rank = system.nodes[g].gpu.rank
+        net = local_net(cluster.paths, rank, 0)
+        if net is None:
+            lines.append(f"GPU{rank}: no NIC reachable")
+            continue
+        dev = system.nodes[net].net.dev
+        route = fabric_route(cluster, (0, dev), (1, dev))
+        inside = cluster.paths.path(g, net)
+        if route is None:
+            lines.append(f"GPU{rank} -> node 1: NET{dev} has no route")
+            continue
+        bw = min(inside.bw_gbps, route.bw_gbps)
+        lines.append(f"GPU{rank}@node0 -> GPU{rank}@node1: NET via NET{dev} ({inside.type}/{inside.bw_gbps:.1f}), "
+                     f"{route.switches} switch hop(s), fabric {route.bw_gbps:.1f} GB/s, {route.lat_us:.2f} us "
+                     f"-> {bw:.1f} GB/s")
+    return lines

@@ -1,0 +1,130 @@
+"""Topology and path constants per NCCL release line.
+
+Every number here was read from NVIDIA/nccl at the tag of the release line
+(src/graph/topo.h, topo.cc, paths.cc); the comment on each field names what changed and when.
+`topo_rules(version)` is the only way the stages reach them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .versions import NcclVersion
+
+__all__ = ["TopoRules", "topo_rules", "LOC_BW", "PCI_GEN_CODES", "PCI_DEFAULT_CODE"]
+
+# topo.h, unchanged 2.18-2.30.
+LOC_BW = 5000.0
+P9_BW = 32.0
+ARM_BW = 6.0
+ZPI_BW = 6.0
+YONGFENG_ZPI_BW = 9.0
+BDW_QPI_BW = 6.0   # QPI_BW before 2.26
+SKL_QPI_BW = 10.0
+SRP_QPI_BW = 22.0  # 2.26+
+ERP_QPI_BW = 40.0  # 2.26+
+AMD_BW = 16.0      # 2.19+; AMD fell back to LOC_BW before
+
+# topo.cc kvDictPciGen: per-lane speed in units of 100 Mbit/s; bw = width * code / 80 GB/s.
+PCI_GEN_CODES = {
+    "2.5 GT/s": 15, "5 GT/s": 30, "8 GT/s": 60, "16 GT/s": 120, "32 GT/s": 240,
+    "2.5 GT/s PCIe": 15, "5.0 GT/s PCIe": 30, "8.0 GT/s PCIe": 60, "16.0 GT/s PCIe": 120,
+    "32.0 GT/s PCIe": 240, "64.0 GT/s PCIe": 480,
+}
+PCI_DEFAULT_CODE = 60  # unknown strings fall back to Gen3
+
+# Path type names in enum order (topo.h PATH_*).
+_PATHS_218 = ("LOC", "NVL", "NVB", "PIX", "PXB", "PXN", "PHB", "SYS", "NET", "DIS")
+_PATHS_226 = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "PHB", "SYS", "NET", "DIS")
+_PATHS_227 = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+# Link type codes (topo.h LINK_*): the printed name is what matters, the code is kept for logs.
+_LINKS_218 = {"LOC": 0, "NVL": 1, "PCI": 3, "SYS": 7, "NET": 8}
+_LINKS_226 = {"LOC": 0, "NVL": 1, "C2C": 3, "PCI": 4, "SYS": 8, "NET": 9}
+_LINKS_227 = {"LOC": 0, "NVL": 1, "C2C": 3, "PCI": 4, "SYS": 9, "NET": 10}
+
+
+@dataclass(frozen=True)
+class TopoRules:
+    """What one NCCL release line does when it builds a system and its paths."""
+
+    version: NcclVersion
+    path_names: tuple[str, ...]
+    link_codes: dict
+    sm90_nvlink_bw: float          # 20.0 until 2.19, 20.6 from 2.20
+    sm100_nvlink_bw: float | None  # None before 2.25 (SM100 took the SM90 value), 40.0, 40.1 from 2.27
+    amd_sys_bw: float | None       # None before 2.19 (LOC_BW)
+    intel_srp_erp: bool            # Sapphire/Emerald Rapids UPI constants, 2.26+
+    c2c_link_kind: str             # "NVL" before 2.26 (c2c added as an NVLink), then "C2C"
+    print_style: int               # 218: "%s/%lX"; 222: "%s/%lx-%lx" nodes; 223: links too; 226: NET coll
+    paths_type_first: bool         # 2.30.7 BFS keeps the better type first, earlier the higher bw
+    p2p_level_default: str         # "sys-unless-intel-arm" (<=2.22) or "pxb-amd2-sys" (2.23+)
+    has_p2c: bool                  # PATH_P2C and the C2C+PHB merge, 2.27+
+    gdr_c2c_default: int           # NCCL_NET_GDR_C2C default: 0 in 2.26, 1 from 2.27
+    pxn_c2c_default: int           # NCCL_PXN_C2C default: 0 until 2.27, 1 from 2.28
+    pxn_cpu_avoid_above: str       # PXN when own path type > this: PXB until 2.26, PXN from 2.27
+    pxn_requires_gdr: bool         # 2.30: the relay GPU must have GDR to the NIC
+    gdr_check_below_phb_only: bool # 2.21+: GDR fallback only considered for paths better than PHB
+    local_net_mod_gpus: bool       # 2.30: ncclTopoGetLocalNet starts at dev % localGpuCount
+
+    def path_code(self, name: str) -> int:
+        return self.path_names.index(name)
+
+    def has_path(self, name: str) -> bool:
+        return name in self.path_names
+
+    def nvlink_bw(self, sm: int) -> float:
+        """ncclTopoNVLinkBw: per-link NVLink GB/s for a compute capability x10."""
+        if sm >= 100 and self.sm100_nvlink_bw is not None:
+            return self.sm100_nvlink_bw
+        if sm >= 90:
+            return self.sm90_nvlink_bw
+        if sm == 86:
+            return 12.0
+        if sm >= 70:
+            return 20.0  # SM70 and SM80 share 20.0 in 2.18-2.30
+        if sm >= 60:
+            return 18.0
+        return 20.0  # NCCL falls back to the SM80 value
+
+
+@lru_cache(maxsize=None)
+def topo_rules(version: NcclVersion) -> TopoRules:
+    """The TopoRules of a modelled release line."""
+    minor = version.minor
+    if minor >= 27:
+        # 2.27.3 numbered PXN 6 / P2C 7; 2.27.7 (the modelled 2.27) already has P2C 6 / PXN 7.
+        paths = _PATHS_227
+    elif minor >= 26:
+        paths = _PATHS_226
+    else:
+        paths = _PATHS_218
+    links = _LINKS_227 if minor >= 27 else _LINKS_226 if minor >= 26 else _LINKS_218
+    if minor >= 26:
+        style = 226
+    elif minor >= 23:
+        style = 223
+    elif minor == 22:
+        style = 222
+    else:
+        style = 218
+    return TopoRules(
+        version=version,
+        path_names=paths,
+        link_codes=links,
+        sm90_nvlink_bw=20.6 if minor >= 20 else 20.0,
+        sm100_nvlink_bw=40.1 if minor >= 27 else 40.0 if minor >= 25 else None,
+        amd_sys_bw=AMD_BW if minor >= 19 else None,
+        intel_srp_erp=minor >= 26,
+        c2c_link_kind="C2C" if minor >= 26 else "NVL",
+        print_style=style,
+        paths_type_first=minor >= 30,
+        p2p_level_default="pxb-amd2-sys" if minor >= 23 else "sys-unless-intel-arm",
+        has_p2c=minor >= 27,
+        gdr_c2c_default=1 if minor >= 27 else 0,
+        pxn_c2c_default=1 if minor >= 28 else 0,
+        pxn_cpu_avoid_above="PXN" if minor >= 27 else "PXB",
+        pxn_requires_gdr=minor >= 30,
+        gdr_check_below_phb_only=minor >= 21,  # absent in 2.20.5, present in 2.21.5
+        local_net_mod_gpus=minor >= 30,
+    )

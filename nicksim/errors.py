@@ -1,0 +1,57 @@
+"""Every failure a user can cause is a NickSimError.
+
+A NickSimError carries three parts — what went wrong, where (a file and line, a flag,
+a variable) and what would have been valid — and renders them as one line. The command
+line prints that line and exits with status 2; library callers catch the class.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "NickSimError",
+    "UsageError",
+    "TopologyError",
+    "UnknownNameError",
+    "ParamError",
+]
+
+
+class NickSimError(Exception):
+    """A failure caused by input: one line, naming what, where and what would be valid."""
+
+    kind = "error"
+
+    def __init__(self, what: str, where: str | None = None, valid: str | None = None):
+        self.what = what
+        self.where = where
+        self.valid = valid
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        text = f"{self.where}: {self.what}" if self.where else self.what
+        if self.valid:
+            text += f" (valid: {self.valid})"
+        return text
+
+
+class UsageError(NickSimError):
+    """A command-line flag or value that cannot be used."""
+
+    kind = "usage"
+
+
+class TopologyError(NickSimError):
+    """A topology file, or a system built from one, that cannot be read or completed."""
+
+    kind = "topology"
+
+
+class UnknownNameError(NickSimError):
+    """A name (system, GPU model, fabric, collective) that is not in the catalog."""
+
+    kind = "unknown-name"
+
+
+class ParamError(NickSimError):
+    """An NCCL_* / NICKSIM_* setting given in a form nicksim cannot take at all."""
+
+    kind = "param"

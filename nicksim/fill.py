@@ -1,0 +1,503 @@
+"""Completing partial vendor topology files, and shaping a node to the cluster options.
+
+Cloud vendors publish NCCL_TOPO_FILEs that describe only what NCCL cannot detect — PCIe
+switches, NUMA, NIC placement — and leave GPUs, NVLinks or NIC details for the live machine
+to fill in. `fill_topology` does that filling from a GpuModel and the cluster options, on
+the XML itself (so `--dump-xml` writes the completed machine, as NCCL_TOPO_DUMP_FILE would),
+and reports every assumption it made as a note. It never changes what the file states.
+
+Rules, in order:
+1. `<pci class="0x03....">` endpoints without a `<gpu>` get one (dev/rank in bus order).
+2. A file with no GPU at all gets one GPU per leaf PCIe switch (a switch whose children are
+   all endpoints), on the next free bus after the switch's endpoints; with no switch, the
+   first class-less endpoints under the CPUs become GPUs (up to --gpus-per-node or the
+   model's usual count).
+   PCIe switches without link_speed then get the GPU's PCIe link, as the live machine would report.
+3. Class-less leaf endpoints left over become NICs, and `<pci class="0x02....">` endpoints
+   without `<nic>` get one (`--nic-gbps`, else the fabric's usual speed).
+4. If no GPU has an `<nvlink>`, NVLinks are added as the model is wired (NVSwitch, bridge
+   pairs, DGX-1 cube-mesh).
+5. `--gpus-per-node` keeps the first G GPUs; `--nics-per-node` keeps the first K NICs or adds
+   NICs next to the GPUs; `--nic-gbps` sets every NIC's speed; `--fabric tcp` turns GDR off.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import TopologyError, UsageError
+from .hardware import CUBE_MESH_8, Fabric, GpuModel, gpu_model_for_device
+from .xml import TopoXml, XmlNode
+
+__all__ = ["FillOptions", "FilledTopology", "fill_topology", "parse_busid", "format_busid"]
+
+NVSWITCH_CLASS = "0x068000"
+_NVSWITCH_TARGET = "ffff:ff:00.0"  # NCCL never resolves NVSwitch targets; any bus id will do
+
+
+@dataclass(frozen=True)
+class FillOptions:
+    """What the user said about the node: GPU model, counts, NIC speed and fabric."""
+
+    gpu: GpuModel | None = None
+    gpus_per_node: int | None = None
+    nics_per_node: int | None = None
+    nic_gbps: float | None = None
+    fabric: Fabric | None = None
+
+
+@dataclass(frozen=True)
+class FilledTopology:
+    """The completed document, the GPU model it was completed with, and what was assumed."""
+
+    doc: TopoXml
+    model: GpuModel | None
+    notes: tuple[str, ...]
+
+
+def parse_busid(text: str) -> tuple[int, int, int, int] | None:
+    """'0000:4f:00.0' -> (domain, bus, device, function); None if it is not a bus id."""
+    try:
+        head, fn = text.strip().rsplit(".", 1)
+        parts = head.split(":")
+        if len(parts) == 2:
+            parts = ["0"] + parts
+        domain, bus, dev = (int(p, 16) for p in parts)
+        return domain, bus, dev, int(fn, 16)
+    except (ValueError, AttributeError):
+        return None
+
+
+def format_busid(domain: int, bus: int, dev: int = 0, fn: int = 0) -> str:
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{fn:x}"
+
+
+def _is_gpu_pci(node: XmlNode) -> bool:
+    return node.tag == "pci" and (node.get("class") or "").lower().startswith("0x03")
+
+
+def _is_nic_pci(node: XmlNode) -> bool:
+    return node.tag == "pci" and (node.get("class") or "").lower().startswith("0x02")
+
+
+def _is_leaf_endpoint(node: XmlNode) -> bool:
+    return node.tag == "pci" and not any(c.tag == "pci" for c in node.children)
+
+
+def _is_classless_endpoint(node: XmlNode) -> bool:
+    return node.tag == "pci" and node.get("class") is None and not node.children
+
+
+def _map(node: XmlNode, fn) -> XmlNode:
+    """Rebuild the tree bottom-up through fn(node_with_mapped_children)."""
+    children = tuple(_map(c, fn) for c in node.children)
+    return fn(node.with_children(children) if children != node.children else node)
+
+
+def _hosts(root: XmlNode) -> list[list[XmlNode]]:
+    """CPU elements grouped by host_hash, in document order (NCCL's systemId order)."""
+    order: list[str] = []
+    groups: dict[str, list[XmlNode]] = {}
+    for cpu in root.findall("cpu"):
+        key = cpu.get("host_hash") or "0"
+        if key not in groups:
+            order.append(key)
+            groups[key] = []
+        groups[key].append(cpu)
+    return [groups[k] for k in order]
+
+
+def _gpu_elements(root: XmlNode) -> list[tuple[XmlNode, XmlNode]]:
+    return [(p, g) for p in root.iter() if p.tag == "pci" for g in p.findall("gpu")]
+
+
+def _infer_model(root: XmlNode, given: GpuModel | None) -> GpuModel | None:
+    if given is not None:
+        return given
+    for node in root.iter():
+        if _is_gpu_pci(node) and node.get("device"):
+            try:
+                model = gpu_model_for_device(int(node.get("device"), 16))
+            except ValueError:
+                model = None
+            if model:
+                return model
+    return None
+
+
+def _gpu_pci(model: GpuModel, busid: str) -> XmlNode:
+    return XmlNode("pci", (
+        ("busid", busid), ("class", model.pci_class), ("vendor", "0x10de"),
+        ("device", f"0x{model.pci_devices[0]:04x}"), ("subsystem_vendor", "0x10de"),
+        ("subsystem_device", "0x0000"), ("link_speed", model.pcie_speed),
+        ("link_width", str(model.pcie_width)),
+    ))
+
+
+def _gpu_child(model: GpuModel) -> XmlNode:
+    children = ()
+    if model.c2c_count:
+        children = (XmlNode("c2c", (("bw", str(model.c2c_bw_mbps)), ("count", str(model.c2c_count)))),)
+    # dev/rank are numbered afterwards, in bus order.
+    return XmlNode("gpu", (("dev", "-1"), ("sm", str(model.sm)), ("rank", "-1"), ("gdr", "1")), children)
+
+
+def _next_free_bus(switch: XmlNode, used: set[tuple[int, int]]) -> str | None:
+    ids = [parse_busid(c.get("busid") or "") for c in switch.children if c.tag == "pci"]
+    ids = [i for i in ids if i]
+    base = parse_busid(switch.get("busid") or "")
+    if not ids and not base:
+        return None
+    domain = (ids or [base])[0][0]
+    bus = max((i[1] for i in ids), default=base[1]) + 1
+    while (domain, bus) in used and bus < 0xFF:
+        bus += 1
+    used.add((domain, bus))
+    return format_busid(domain, bus)
+
+
+def _used_buses(root: XmlNode) -> set[tuple[int, int]]:
+    used = set()
+    for node in root.iter():
+        if node.tag == "pci":
+            bid = parse_busid(node.get("busid") or "")
+            if bid:
+                used.add((bid[0], bid[1]))
+    return used
+
+
+class _Filler:
+    """Applies the rules of the module docstring to one document, collecting notes."""
+
+    def __init__(self, doc: TopoXml, opts: FillOptions):
+        self.doc = doc
+        self.opts = opts
+        self.notes: list[str] = []
+        self.root = doc.root
+        self.model = _infer_model(self.root, opts.gpu)
+
+    # Rule 1
+    def add_missing_gpu_elements(self) -> None:
+        bare = [n for n in self.root.iter() if _is_gpu_pci(n) and not n.findall("gpu")]
+        if not bare:
+            return
+        if self.model is None:
+            self.notes.append(f"{len(bare)} GPU PCI endpoint(s) have no <gpu> element and are ignored, "
+                              "as NCCL ignores them without a live GPU; pass --gpu MODEL to complete them")
+            return
+        model = self.model
+
+        def fn(node):
+            if _is_gpu_pci(node) and not node.findall("gpu"):
+                return node.with_children(node.children + (_gpu_child(model),))
+            return node
+        self.root = _map(self.root, fn)
+        self.notes.append(f"completed {len(bare)} GPU endpoint(s) as {model.marketing} (sm {model.sm})")
+
+    # Rule 2
+    def place_gpus(self) -> None:
+        if _gpu_elements(self.root) or any(_is_gpu_pci(n) for n in self.root.iter()):
+            return
+        if self.model is None:
+            self.notes.append("the file has no GPU; pass --gpu MODEL to place GPUs in it")
+            return
+        model = self.model
+        leaf_switches = [n for n in self.root.iter()
+                         if n.tag == "pci" and n.children
+                         and all(_is_leaf_endpoint(c) for c in n.children if c.tag == "pci")
+                         and any(c.tag == "pci" for c in n.children)
+                         and not _is_gpu_pci(n) and not _is_nic_pci(n)]
+        used = _used_buses(self.root)
+        if leaf_switches:
+            wanted = self.opts.gpus_per_node or len(leaf_switches)
+            chosen = {id(s) for s in leaf_switches[:wanted]}
+            placed = []
+
+            def fn(node, _original):
+                busid = _next_free_bus(node, used)
+                gpu = _gpu_pci(model, busid).with_children((_gpu_child(model),))
+                placed.append(busid)
+                return node.with_children(node.children + (gpu,))
+            self.root = _map_marked(self.root, chosen, fn)
+            self.notes.append(f"placed {len(placed)} {model.marketing} GPU(s), one per leaf PCIe switch, "
+                              f"at {', '.join(placed)} (bus ids assumed)")
+            return
+        slots = [n for n in self.root.iter() if _is_classless_endpoint(n)]
+        wanted = min(len(slots), self.opts.gpus_per_node or model.default_count)
+        chosen = {id(s) for s in slots[:wanted]}
+
+        def fn(node, _original):
+            pci = _gpu_pci(model, node.get("busid") or "")
+            return pci.with_children((_gpu_child(model),))
+        self.root = _map_marked(self.root, chosen, fn)
+        self.notes.append(f"made {wanted} class-less root-port endpoint(s) {model.marketing} GPU(s), in file order")
+
+    def fill_switch_links(self) -> None:
+        """Switches the file gives no link speed/width get the GPU model's PCIe link, as sysfs would."""
+        if self.model is None or not _gpu_elements(self.root):
+            return
+        model = self.model
+        count = {"n": 0}
+
+        def fn(node):
+            if node.tag == "pci" and any(c.tag == "pci" for c in node.children) and node.get("link_speed") is None:
+                count["n"] += 1
+                node = node.with_attr("link_speed", model.pcie_speed)
+                if node.get("link_width") is None:
+                    node = node.with_attr("link_width", str(model.pcie_width))
+            return node
+        self.root = _map(self.root, fn)
+        if count["n"]:
+            self.notes.append(f"gave {count['n']} PCIe switch(es) without link_speed the GPU's link "
+                              f"({model.pcie_speed} x{model.pcie_width}; assumed)")
+
+    # Rule 3
+    def complete_nics(self) -> None:
+        fab = self.opts.fabric
+        gbps = self.opts.nic_gbps or (fab.default_gbps if fab else 100)
+        existing = [n for n in self.root.iter() if n.tag == "net"]
+        next_dev = 1 + max((_int_or(n.get("dev"), -1) for n in existing), default=-1)
+        counter = {"dev": next_dev, "made": 0}
+        nic_class = fab.pci_class if fab else "0x020000"
+        has_gpus = bool(_gpu_elements(self.root))
+
+        def fn(node):
+            if node.tag != "pci" or node.find("nic") is not None:
+                return node
+            if _is_nic_pci(node) or (_is_classless_endpoint(node) and has_gpus):
+                net = _net_element(fab, counter["dev"], gbps)
+                counter["dev"] += 1
+                counter["made"] += 1
+                node = node if node.get("class") else node.with_attr("class", nic_class)
+                return node.with_children(node.children + (XmlNode("nic", (), (net,)),))
+            return node
+        self.root = _map(self.root, fn)
+        if counter["made"]:
+            self.notes.append(f"completed {counter['made']} NIC(s) at {gbps:g} Gbit/s"
+                              + ("" if self.opts.nic_gbps else " (assumed; set --nic-gbps)"))
+
+    # Rule 4
+    def add_nvlinks(self) -> None:
+        gpus = _gpu_elements(self.root)
+        if not gpus or self.model is None or self.model.nvlinks == 0:
+            return
+        if any(g.findall("nvlink") for _, g in gpus):
+            return
+        model = self.model
+        per_host = _gpu_busids_by_host(self.root)
+        links: dict[str, tuple[XmlNode, ...]] = {}
+        for busids in per_host:
+            links.update(_nvlink_plan(model, busids))
+
+        def fn(node):
+            if node.tag == "pci" and node.get("busid") in links and node.findall("gpu"):
+                kids = tuple(g.with_children(g.children + links[node.get("busid")]) if g.tag == "gpu" else g
+                             for g in node.children)
+                return node.with_children(kids)
+            return node
+        self.root = _map(self.root, fn)
+        self.notes.append(f"added {model.marketing} NVLinks ({model.nvlinks} per GPU, {model.nvlink_wiring})")
+
+    def number_gpus(self) -> None:
+        """Give placed GPUs (dev=-1) dev and rank numbers in bus order, after the file's own."""
+        gpus = _gpu_elements(self.root)
+        if not any(g.get("dev") == "-1" for _, g in gpus):
+            return
+        taken_ranks = {int(g.get("rank")) for _, g in gpus if _int_or(g.get("rank"), -1) >= 0}
+        renumber = {}
+        host_of = _host_index_of_pci(self.root)
+        by_host: dict[int, list[XmlNode]] = {}
+        for pci, gpu in gpus:
+            by_host.setdefault(host_of.get(id(pci), 0), []).append(pci)
+        rank = 0
+        for host in sorted(by_host):
+            pcis = sorted(by_host[host], key=lambda p: parse_busid(p.get("busid") or "") or (0, 0, 0, 0))
+            for dev, pci in enumerate(pcis):
+                while rank in taken_ranks:
+                    rank += 1
+                renumber[id(pci)] = (dev, rank)
+                taken_ranks.add(rank)
+
+        def fn(node, original):
+            dev, rank = renumber[id(original)]
+            kids = tuple(g.with_attr("dev", str(dev)).with_attr("rank", str(rank))
+                         if g.tag == "gpu" and g.get("dev") == "-1" else g for g in node.children)
+            return node.with_children(kids)
+        self.root = _map_marked(self.root, set(renumber), fn)
+
+    # Rule 5
+    def apply_counts(self) -> None:
+        opts = self.opts
+        if opts.gpus_per_node is not None:
+            self._keep_gpus(opts.gpus_per_node)
+        if opts.nics_per_node is not None:
+            self._shape_nics(opts.nics_per_node)
+        if opts.nic_gbps is not None:
+            mbps = str(int(round(opts.nic_gbps * 1000)))
+            self.root = _map(self.root, lambda n: n.with_attr("speed", mbps) if n.tag == "net" else n)
+        if opts.fabric is not None and not opts.fabric.gdr:
+            self.root = _map(self.root, lambda n: n.with_attr("gdr", "0") if n.tag == "net" else n)
+
+    def _keep_gpus(self, count: int) -> None:
+        gpus = sorted(_gpu_elements(self.root), key=lambda pg: _int_or(pg[1].get("rank"), 0))
+        if count < 1 or count > len(gpus):
+            raise UsageError(f"{count} GPUs per node asked, the system has {len(gpus)}", "--gpus-per-node",
+                             f"1..{len(gpus)}")
+        if count == len(gpus):
+            return
+        drop = {id(p) for p, _ in gpus[count:]}
+        gone = {(p.get("busid") or "").lower() for p, _ in gpus[count:]}
+        self.root = _drop_marked(self.root, drop)
+        # NVLinks to GPUs that are no longer there go too (NVSwitch links stay).
+        self.root = _map(self.root, lambda n: n.with_children(tuple(
+            c for c in n.children
+            if not (c.tag == "nvlink" and (c.get("tclass") or "").startswith("0x03")
+                    and (c.get("target") or "").lower() in gone))) if n.tag == "gpu" else n)
+        self.notes.append(f"kept the first {count} of {len(gpus)} GPUs (by rank)")
+
+    def _shape_nics(self, count: int) -> None:
+        nets = [n for n in self.root.iter() if n.tag == "net"]
+        if count < 0:
+            raise UsageError(f"{count} NICs per node", "--nics-per-node", "0 or more")
+        if count < len(nets):
+            keep = {id(n) for n in sorted(nets, key=lambda n: _int_or(n.get("dev"), 0))[:count]}
+            self.root = _drop_nets_except(self.root, keep)
+            self.notes.append(f"kept the first {count} of {len(nets)} NICs (by dev)")
+        elif count > len(nets):
+            self._add_nics(count - len(nets), len(nets))
+
+    def _add_nics(self, extra: int, start_dev: int) -> None:
+        fab = self.opts.fabric
+        gbps = self.opts.nic_gbps or (fab.default_gbps if fab else 100)
+        parents = [p for p in self.root.iter() if p.tag == "pci" and any(_is_gpu_pci(c) for c in p.children)]
+        if not parents:
+            parents = list(self.root.findall("cpu"))
+        if not parents:
+            raise TopologyError("no CPU to attach NICs to", self.doc.source)
+        used = _used_buses(self.root)
+        plan: dict[int, list[XmlNode]] = {}
+        for i in range(extra):
+            parent = parents[i % len(parents)]
+            busid = _next_free_bus(parent, used) if parent.tag == "pci" else None
+            if busid is None:
+                domain = 0
+                bus = 0xA0
+                while (domain, bus) in used:
+                    bus += 1
+                used.add((domain, bus))
+                busid = format_busid(domain, bus)
+            net = _net_element(fab, start_dev + i, gbps)
+            pci = XmlNode("pci", (("busid", busid), ("class", fab.pci_class if fab else "0x020000"),
+                                  ("vendor", "0x15b3"), ("device", "0x1021"), ("subsystem_vendor", "0x15b3"),
+                                  ("subsystem_device", "0x0000"), ("link_speed", "32.0 GT/s PCIe"),
+                                  ("link_width", "16")), (XmlNode("nic", (), (net,)),))
+            plan.setdefault(id(parent), []).append(pci)
+
+        def fn(node, original):
+            return node.with_children(node.children + tuple(plan[id(original)]))
+        self.root = _map_marked(self.root, set(plan), fn)
+        self.notes.append(f"added {extra} NIC(s) at {gbps:g} Gbit/s next to the GPUs")
+
+    def run(self) -> FilledTopology:
+        self.add_missing_gpu_elements()
+        self.place_gpus()
+        self.number_gpus()
+        self.fill_switch_links()
+        self.complete_nics()
+        self.add_nvlinks()
+        self.apply_counts()
+        doc = TopoXml(root=self.root, comments=self.doc.comments, source=self.doc.source)
+        return FilledTopology(doc=doc, model=self.model, notes=tuple(self.notes))
+
+
+def _int_or(text: str | None, default: int) -> int:
+    try:
+        return int(text, 0) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _net_element(fab: Fabric | None, dev: int, gbps: float) -> XmlNode:
+    prefix, suffix = (fab.nic_prefix, fab.nic_suffix) if fab else ("mlx5_", "")
+    gdr = "1" if (fab is None or fab.gdr) else "0"
+    return XmlNode("net", (
+        ("name", f"{prefix}{dev}{suffix}"), ("dev", str(dev)), ("speed", str(int(round(gbps * 1000)))),
+        ("port", "1"), ("latency", "0.000000"), ("guid", f"0x{0x1000 + dev:x}"),
+        ("maxconn", "131072"), ("gdr", gdr),
+    ))
+
+
+def _map_marked(root: XmlNode, marked: set[int], fn) -> XmlNode:
+    """Rebuild the tree; nodes whose original id() is in `marked` become fn(mapped, original)."""
+    def rec(node: XmlNode) -> XmlNode:
+        children = tuple(rec(c) for c in node.children)
+        mapped = node.with_children(children) if children != node.children else node
+        return fn(mapped, node) if id(node) in marked else mapped
+    return rec(root)
+
+
+def _drop_marked(root: XmlNode, marked: set[int]) -> XmlNode:
+    def rec(node: XmlNode) -> XmlNode:
+        kids = tuple(rec(c) for c in node.children if id(c) not in marked)
+        return node.with_children(kids) if kids != node.children else node
+    return rec(root)
+
+
+def _drop_nets_except(root: XmlNode, keep: set[int]) -> XmlNode:
+    def rec(node: XmlNode) -> XmlNode | None:
+        if node.tag == "net" and id(node) not in keep:
+            return None
+        kids = tuple(k for k in (rec(c) for c in node.children) if k is not None)
+        if node.tag == "nic" and not kids:
+            return None
+        if node.tag == "pci" and node.children and not kids and any(c.tag == "nic" for c in node.children):
+            return None  # a NIC endpoint whose ports were all dropped
+        return node.with_children(kids) if kids != node.children else node
+    return rec(root)
+
+
+def _host_index_of_pci(root: XmlNode) -> dict[int, int]:
+    index: dict[int, int] = {}
+    for host, cpus in enumerate(_hosts(root)):
+        for cpu in cpus:
+            for node in cpu.iter():
+                index[id(node)] = host
+    return index
+
+
+def _gpu_busids_by_host(root: XmlNode) -> list[list[str]]:
+    result = []
+    for cpus in _hosts(root):
+        pcis = [n for cpu in cpus for n in cpu.iter() if n.tag == "pci" and n.findall("gpu")]
+        pcis.sort(key=lambda p: _int_or(p.find("gpu").get("dev"), 0))
+        result.append([p.get("busid") for p in pcis])
+    return result
+
+
+def _nvlink_plan(model: GpuModel, busids: list[str]) -> dict[str, tuple[XmlNode, ...]]:
+    """NVLink elements per GPU bus id for one host, by the model's wiring."""
+    plan: dict[str, tuple[XmlNode, ...]] = {}
+    if model.nvlink_wiring == "nvswitch":
+        link = XmlNode("nvlink", (("target", _NVSWITCH_TARGET), ("count", str(model.nvlinks)),
+                                  ("tclass", NVSWITCH_CLASS)))
+        return {b: (link,) for b in busids}
+    if model.nvlink_wiring == "pairs":
+        for i in range(0, len(busids) - 1, 2):
+            a, b = busids[i], busids[i + 1]
+            plan[a] = (_gpu_link(b, model.nvlinks, model),)
+            plan[b] = (_gpu_link(a, model.nvlinks, model),)
+        return plan
+    if model.nvlink_wiring == "cube-mesh" and len(busids) == 8:
+        for (i, j), count in CUBE_MESH_8.items():
+            plan[busids[i]] = plan.get(busids[i], ()) + (_gpu_link(busids[j], count, model),)
+            plan[busids[j]] = plan.get(busids[j], ()) + (_gpu_link(busids[i], count, model),)
+        return plan
+    return plan
+
+
+def _gpu_link(target: str, count: int, model: GpuModel) -> XmlNode:
+    return XmlNode("nvlink", (("target", target), ("count", str(count)), ("tclass", model.pci_class)))
+
+
+def fill_topology(doc: TopoXml, opts: FillOptions = FillOptions()) -> FilledTopology:
+    """Complete a partial topology document and shape it to the cluster options."""
+    return _Filler(doc, opts).run()

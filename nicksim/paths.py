@@ -1,0 +1,677 @@
+"""Paths between the nodes of a System, and the transports NCCL picks over them.
+
+`compute_paths(system, params)` reproduces ncclTopoComputePaths for the system's NCCL
+release line: a breadth-first search from every CPU, (DEV,) GPU, NET and NVSwitch node that
+gives every node its path type (LOC ... DIS), bottleneck bandwidth and hop list towards it;
+then the rewrites NCCL applies — traffic diverted through the CPU where P2P is not allowed
+(NCCL_P2P_LEVEL / NCCL_P2P_DISABLE / the driver's P2P status), peers reachable only over
+the network, P2C for NICs behind a Grace C2C link, PXN through an NVLink peer
+(NCCL_PXN_DISABLE, NCCL_PXN_C2C) and host bounce where GPUDirect RDMA is not possible
+(NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_C2C). On top of the paths it decides, per GPU pair, the
+transport ladder P2P -> SHM -> NET, and per GPU and NIC whether GDR is used.
+
+The result, Paths, is immutable and holds everything later stages ask of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from .constants.topo_rules import LOC_BW, TopoRules
+from .params import Params
+from .topo import CPU_ARCH, CPU_VENDOR, System
+
+__all__ = [
+    "Path",
+    "Transport",
+    "Gdr",
+    "Paths",
+    "compute_paths",
+    "local_nets",
+    "local_net",
+    "format_paths",
+    "PATH_LEGEND",
+]
+
+
+@dataclass(frozen=True)
+class Path:
+    """From a node towards a destination: NCCL path type, bottleneck GB/s, and the nodes passed."""
+
+    type: str
+    bw_gbps: float
+    nodes: tuple[int, ...]  # node indices after the source, ending with the destination
+
+    @property
+    def hops(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass(frozen=True)
+class Transport:
+    """How one GPU sends to another inside a node: P2P, SHM or NET, as NCCL's log names it."""
+
+    kind: str
+    detail: str
+    intermediate_rank: int = -1
+    read: bool = False
+
+
+@dataclass(frozen=True)
+class Gdr:
+    """GPUDirect RDMA between a GPU and a NIC: on or off, NCCL's mode, the distance that decided it."""
+
+    enabled: bool
+    mode: str          # Disabled | Default | PCI
+    distance: str      # path type the decision was made on
+    proxy_rank: int    # the rank whose GPU talks to the NIC (itself unless PXN)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every path towards every endpoint node, plus transports, GDR and the search bandwidths."""
+
+    system: System
+    to: Mapping[int, tuple[Path | None, ...]]   # destination index -> path per source node
+    transports: Mapping[tuple[int, int], Transport]
+    gdr_send: Mapping[tuple[int, int], Gdr]     # (rank, NET node index) -> GDR for sends (read)
+    gdr_recv: Mapping[tuple[int, int], Gdr]     # (rank, NET node index) -> GDR for receives
+    p2p_level: str
+    gdr_level: str
+    pxn_enabled: bool
+    p2p_pxn_level: int
+    net_plugin: str
+    inter: bool
+    max_bw: float
+    total_bw: float
+    notes: tuple[str, ...] = ()
+
+    def path(self, src: int, dst: int) -> Path | None:
+        row = self.to.get(dst)
+        return row[src] if row is not None else None
+
+    def gpu_path(self, rank_a: int, rank_b: int) -> Path:
+        s = self.system
+        return self.path(s.gpu_by_rank(rank_a), s.gpu_by_rank(rank_b))
+
+
+# ---------------------------------------------------------------------------------------------
+# Breadth-first search (ncclTopoSetPaths)
+
+
+class _P:
+    __slots__ = ("type", "bw", "nodes")
+
+    def __init__(self, type_: int, bw: float, nodes: tuple[int, ...]):
+        self.type, self.bw, self.nodes = type_, bw, nodes
+
+
+_LINK_TO_PATH = {"LOC": "LOC", "NVL": "NVL", "C2C": "C2C", "PCI": "PIX", "SYS": "SYS", "NET": "LOC"}
+
+
+def _bfs(system: System, base: int, rules: TopoRules, nvb_disable: bool) -> list[_P]:
+    nodes = system.nodes
+    code = rules.path_code
+    LOC, NVL, NVB, PXB, PHB, DIS = (code(n) for n in ("LOC", "NVL", "NVB", "PXB", "PHB", "DIS"))
+    link_code = {k: code(v) for k, v in _LINK_TO_PATH.items() if rules.has_path(v)}
+    has_dev = bool(system.of_kind("DEV"))
+    base_kind = nodes[base].kind
+    if has_dev:
+        max_len = 2 if base_kind == "GPU" else 1
+        base_dev = system.device_of(base) if base_kind == "GPU" else base
+        relay_kind = "DEV"
+    else:
+        max_len = 1
+        base_dev = base
+        relay_kind = "GPU"
+
+    paths: list[_P | None] = [None] * len(nodes)
+    paths[base] = _P(LOC, LOC_BW, ())
+    current = [base]
+    while current:
+        upcoming: list[int] = []
+        for node in current:
+            p = paths[node]
+            kind = nodes[node].kind
+            count = len(p.nodes)
+            for link in nodes[node].links:
+                rem = link.dst
+                rem_kind = nodes[rem].kind
+                # Route through a GPU (DEV) only as one NVLink hop, unless it is where we start.
+                if node != base_dev and kind == relay_kind:
+                    if has_dev and link.kind == "LOC" and rem_kind == "GPU":
+                        pass
+                    elif nvb_disable or link.kind != "NVL" or rem_kind != relay_kind or count > max_len:
+                        continue
+                bw = min(p.bw, link.bw_gbps)
+                t = link_code[link.kind]
+                if kind == "PCI" and rem_kind == "PCI":
+                    t = PXB
+                if link.kind == "PCI" and (kind == "CPU" or rem_kind == "CPU"):
+                    t = PHB
+                if kind == relay_kind and p.type == NVL and t == NVL:
+                    if (has_dev and count == max_len) or (not has_dev and count + 1 > 1):
+                        t = NVB
+                new_type = max(p.type, t)
+                r = paths[rem]
+                if rules.paths_type_first:
+                    r_type = r.type if r else DIS
+                    r_bw = r.bw if r else 0.0
+                    better = (new_type < r_type or (new_type == r_type and r_bw < bw)
+                              or (new_type == r_type and r_bw == bw and r is not None and len(r.nodes) > count + 1))
+                else:
+                    r_bw = r.bw if r else 0.0
+                    better = (r is None or r_bw == 0 or len(r.nodes) > count) and r_bw < bw
+                if better:
+                    paths[rem] = _P(new_type, bw, (node,) + p.nodes)
+                    if rem not in upcoming:
+                        upcoming.append(rem)
+        current = upcoming
+    # NCCL keeps unreachable nodes as PATH_DIS with no bandwidth.
+    return [p if p is not None else _P(DIS, 0.0, ()) for p in paths]
+
+
+# ---------------------------------------------------------------------------------------------
+# Local NICs / GPUs (ncclTopoGetLocal, ncclTopoGetLocalNet, ncclTopoGetLocalGpu)
+
+
+def _get_local(to: dict, system: System, src: int, result_kind: str) -> list[int]:
+    """Indices (into system.of_kind(result_kind)) of the best-bw, then best-type, nodes from src."""
+    best_bw, best_type, found = 0.0, system.rules.path_code("DIS"), []
+    for k, dst in enumerate(system.of_kind(result_kind)):
+        p = to[dst][src]
+        if p is None:
+            continue
+        if p.bw > best_bw or (p.bw == best_bw and p.type < best_type):
+            best_bw, best_type, found = p.bw, p.type, []
+        if p.bw == best_bw and p.type == best_type:
+            found.append(k)
+    return found
+
+
+def _mirror_bits(value: int, pow2: int) -> int:
+    mirror, b, mb = 0, 1, pow2 >> 1
+    while b < pow2:
+        if value & b:
+            mirror |= mb
+        b <<= 1
+        mb >>= 1
+    return mirror
+
+
+def _local_net(to: dict, system: System, gpu: int, channel: int) -> int | None:
+    nets = _get_local(to, system, gpu, "NET")
+    if not nets:
+        return None
+    net_nodes = system.of_kind("NET")
+    gpus = _get_local(to, system, net_nodes[nets[0]], "GPU")
+    n_local = len(nets)
+    n_gpus = max(1, len(gpus))
+    dev = system.nodes[gpu].gpu.dev
+    start = dev % n_gpus if system.rules.local_net_mod_gpus else dev
+    if n_local & (n_local - 1) == 0:
+        start = _mirror_bits(start, n_local)
+    start += channel % (-(-n_local // n_gpus))
+    return net_nodes[nets[start % n_local]]
+
+
+def _local_gpu_of_net(to: dict, system: System, net: int) -> int | None:
+    gpu_nodes = system.of_kind("GPU")
+    candidates = [gpu_nodes[k] for k in _get_local(to, system, net, "GPU")]
+    for channel in range(64):
+        for g in candidates:
+            if _local_net(to, system, g, channel) == net:
+                return g
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# ncclTopoComputePaths
+
+
+class _Compute:
+    def __init__(self, system: System, params: Params, inter: bool, net_plugin: str):
+        self.s = system
+        self.rules = system.rules
+        self.params = params
+        self.inter = inter
+        self.net_plugin = net_plugin
+        self.notes: list[str] = []
+        self.code = self.rules.path_code
+        nvb_disable = bool(params.get("NCCL_NVB_DISABLE"))
+        kinds = ("CPU", "DEV", "GPU", "NET", "NVS")
+        self.to: dict[int, list[_P | None]] = {}
+        for kind in kinds:
+            for base in system.of_kind(kind):
+                self.to[base] = _bfs(system, base, self.rules, nvb_disable)
+        self.p2p_level = self._p2p_level()
+        self.gdr_level = self._gdr_level()
+
+    # -- levels
+    def _level_param(self, name: str) -> str | None:
+        value = self.params.get(name)
+        if value is None:
+            return None
+        if not self.rules.has_path(value) or self.code(value) > self.code("SYS"):
+            self.notes.append(f"NCCL WARN {name}={value} is not a path type in NCCL {self.rules.version.line}; ignored")
+            return None
+        return value
+
+    def _first_cpu(self):
+        cpus = self.s.of_kind("CPU")
+        return self.s.nodes[cpus[0]].cpu if cpus else None
+
+    def _p2p_level(self) -> str:
+        if self.params.get("NCCL_P2P_DISABLE") == 1:
+            return "LOC"
+        user = self._level_param("NCCL_P2P_LEVEL")
+        if user:
+            return user
+        cpu = self._first_cpu()
+        arch = cpu.arch if cpu else -1
+        vendor = cpu.vendor if cpu else -1
+        if self.rules.p2p_level_default == "sys-unless-intel-arm":
+            if arch == CPU_ARCH["arm64"] or (arch == CPU_ARCH["x86_64"] and vendor in (1, 3)):
+                return "PXB"
+            return "SYS"
+        devices = len(self.s.of_kind(self.s.device_kind))
+        if arch == CPU_ARCH["x86_64"] and vendor == CPU_VENDOR["AuthenticAMD"] and devices <= 2:
+            return "SYS"
+        return "PXB"
+
+    def _gdr_c2c(self) -> bool:
+        value = self.params.get("NCCL_NET_GDR_C2C")
+        return bool(self.rules.gdr_c2c_default if value is None else value)
+
+    def _gdr_level(self) -> str:
+        user = self._level_param("NCCL_NET_GDR_LEVEL")
+        if user:
+            return user
+        if self.rules.version.minor >= 29 and self._gdr_c2c():
+            return "P2C"
+        return "PXB"
+
+    # -- helpers over the mutable path table
+    def p(self, src: int, dst: int) -> _P | None:
+        return self.to[dst][src]
+
+    def set_p(self, src: int, dst: int, path: _P) -> None:
+        self.to[dst][src] = path
+
+    def merge(self, t0: int, t1: int) -> int:
+        hi, lo = max(t0, t1), min(t0, t1)
+        if self.rules.has_p2c and hi == self.code("PHB") and lo == self.code("C2C"):
+            return self.code("P2C")
+        return hi
+
+    def add_inter_step(self, via: int, src: int, dst: int, pxn: bool = False) -> None:
+        """addInterStep: src -> via -> dst, replacing the path src -> dst."""
+        a, b = self.p(src, via), self.p(via, dst)
+        if a is None or b is None:
+            return
+        t = self.code("PXN") if pxn else self.merge(a.type, b.type)
+        self.set_p(src, dst, _P(t, min(a.bw, b.bw), a.nodes + b.nodes))
+
+    def local_cpu(self, gpu: int) -> int | None:
+        cpus = self.s.of_kind("CPU")
+        found = _get_local(self.to, self.s, gpu, "CPU")
+        if not found:
+            return None
+        best = cpus[found[0]]
+        for k in found[1:]:
+            if len(self.p(gpu, cpus[k]).nodes) < len(self.p(gpu, best).nodes):
+                best = cpus[k]
+        return best
+
+    def gpu_rank(self, gpu: int) -> int:
+        return self.s.nodes[gpu].gpu.rank
+
+    # -- P2P (ncclTopoCheckP2p)
+    def check_p2p(self, g1: int, g2: int) -> tuple[bool, bool, int]:
+        """(p2p allowed, read, intermediate rank) for g1 -> g2."""
+        path = self.p(g1, g2)
+        if path is None:
+            return False, False, -1
+        nodes = self.s.nodes
+        intermediate = -1
+        has_dev = bool(self.s.of_kind("DEV"))
+        if has_dev and len(path.nodes) == 4 and nodes[path.nodes[1]].kind == "DEV":
+            intermediate = nodes[path.nodes[1]].gpu.rank
+        elif not has_dev and len(path.nodes) == 2 and nodes[path.nodes[0]].kind == "GPU":
+            intermediate = nodes[path.nodes[0]].gpu.rank
+        p2p = path.type <= self.code(self.p2p_level)
+        ignore = self.params.get("NCCL_IGNORE_DISABLED_P2P")
+        if p2p and g1 != g2 and ignore != 2:
+            hops = [g1] + ([self.s.gpu_by_rank(intermediate)] if intermediate >= 0 else []) + [g2]
+            for a, b in zip(hops, hops[1:]):
+                if nodes[a].gpu.cuda_p2p and nodes[b].gpu.cuda_p2p:
+                    continue
+                if not ignore:
+                    ra, rb = nodes[a].gpu.dev, nodes[b].gpu.dev
+                    if path.type <= self.code("NVB"):
+                        self.notes.append(f"NCCL WARN P2P is disabled between NVLINK connected GPUs {ra} and {rb}.")
+                    elif path.type < self.code("SYS"):
+                        self.notes.append(f"NCCL INFO P2P is disabled between connected GPUs {ra} and {rb}. "
+                                          "You can repress this message with NCCL_IGNORE_DISABLED_P2P=1.")
+                p2p = False
+        read = (path.type == self.code("NVL") and nodes[g1].gpu.sm == nodes[g2].gpu.sm == 80)
+        return p2p, read, intermediate
+
+    # -- NET inside the node (ncclTopoCheckNet)
+    def check_net(self, g1: int, g2: int) -> bool:
+        if self.params.get("NCCL_NET_DISABLE_INTRA") == 1:
+            return False
+        speed = self.p(g1, g2).bw
+        pxb = self.code("PXB")
+        best1 = best2 = 0.0
+        for net in self.s.nets():
+            a, b = self.p(g1, net), self.p(g2, net)
+            if a and a.type <= pxb and a.bw > best1:
+                best1 = a.bw
+            if b and b.type <= pxb and b.bw > best2:
+                best2 = b.bw
+        return best1 > speed and best2 > speed
+
+    # -- GDR (ncclTopoCheckGdr)
+    def check_gdr(self, gpu: int, net: int, read: bool) -> Gdr:
+        nodes = self.s.nodes
+        g, n = nodes[gpu].gpu, nodes[net].net
+        rank = g.rank
+        off = lambda why: Gdr(False, "Disabled", why, rank)  # noqa: E731
+        if not n.gdr or not g.gdr:
+            return off("no GDR support")
+        if read:
+            gdr_read = self.params.get("NCCL_NET_GDR_READ")
+            if gdr_read == 0:
+                return off("NCCL_NET_GDR_READ=0")
+            if gdr_read < 0 and g.sm < 80:
+                others = [o for o in self.s.gpus() if o != gpu]
+                nvlink = not others or any(self.p(gpu, o).type == self.code("NVL") for o in others)
+                if not nvlink:
+                    return off("pre-Ampere GPU without NVLink peer")
+        distance = self.p(gpu, net).type
+        proxy = gpu
+        if distance == self.code("PXN") and self.rules.has_path("PXN"):
+            proxy = self._pxn_proxy(gpu, net)
+            distance = self.p(proxy, net).type
+        name = self.rules.path_names[distance]
+        level = self.code(self.gdr_level)
+        c2c_ok = (self.rules.has_p2c and self.rules.version.minor in (27, 28) and self._gdr_c2c()
+                  and distance == self.code("P2C"))
+        if distance > level and not c2c_ok:
+            return Gdr(False, "Disabled", name, nodes[proxy].gpu.rank)
+        cpu = self.local_cpu(proxy)
+        mode = "Default"
+        if cpu is not None and self.rules.has_path("C2C") and self.p(proxy, cpu).type == self.code("C2C") \
+                and (not self.rules.has_p2c or distance != self.code("P2C")):
+            mode = "PCI"
+        return Gdr(True, mode, name, nodes[proxy].gpu.rank)
+
+    def _pxn_proxy(self, gpu: int, net: int) -> int:
+        """ncclTopoGetIntermediateRank: the first GPU after the NVSwitches on a PXN path."""
+        nodes = self.p(gpu, net).nodes
+        # From 2.30 the path starts GPU -> own DEV -> NVS ..., so the walk starts one hop later.
+        for node in nodes[1:] if self.s.of_kind("DEV") else nodes:
+            kind = self.s.nodes[node].kind
+            if kind == "NVS":
+                continue
+            if kind == "DEV":
+                return next(l.dst for l in self.s.nodes[node].links
+                            if l.kind == "LOC" and self.s.nodes[l.dst].kind == "GPU")
+            return node
+        return gpu
+
+    # -- the passes
+    def divert_non_p2p(self) -> dict[tuple[int, int], tuple[bool, bool, int]]:
+        gpus = self.s.gpus()
+        decisions = {}
+        shm_disable = self.params.get("NCCL_SHM_DISABLE") == 1
+        for g in gpus:
+            for p in gpus:
+                ok, read, inter = self.check_p2p(p, g)
+                decisions[(p, g)] = (ok, read, inter)
+                if not ok:
+                    cpu = self.local_cpu(g)
+                    if cpu is not None:
+                        self.add_inter_step(cpu, p, g)
+            for p in gpus:
+                if p == g:
+                    continue
+                ok, _, _ = decisions[(p, g)]
+                same_host = self.s.nodes[p].system_id == self.s.nodes[g].system_id
+                can_p2p = ok and self.s.nodes[p].gpu.cuda_p2p and self.s.nodes[g].gpu.cuda_p2p and \
+                    not self.check_net(p, g)
+                can_shm = not shm_disable and same_host and not self.check_net(p, g)
+                if not can_p2p and not can_shm:
+                    old = self.p(p, g)
+                    self.set_p(p, g, _P(self.code("NET"), old.bw, old.nodes))
+        return decisions
+
+    def p2c_fixup(self) -> None:
+        if not self.rules.has_p2c:
+            return
+        p2c = self.code("P2C")
+        nets = self.s.nets()
+        for g in self.s.gpus():
+            c = self.local_cpu(g)
+            if c is None:
+                continue
+            for k in _get_local(self.to, self.s, g, "NET"):
+                n = nets[k]
+                if self.merge(self.p(g, c).type, self.p(n, c).type) == p2c:
+                    gp, np_ = self.p(g, n), self.p(n, g)
+                    self.set_p(g, n, _P(min(p2c, gp.type), gp.bw, gp.nodes))
+                    self.set_p(n, g, _P(min(p2c, np_.type), np_.bw, np_.nodes))
+
+    def pxn_and_gdr(self) -> bool:
+        pxn_enabled = self.params.get("NCCL_PXN_DISABLE") != 1
+        pxn_c2c = self.params.get("NCCL_PXN_C2C")
+        pxn_c2c = bool(self.rules.pxn_c2c_default if pxn_c2c is None else pxn_c2c)
+        code = self.code
+        for net in self.s.nets():
+            peer = _local_gpu_of_net(self.to, self.s, net) if pxn_enabled else None
+            for g in self.s.gpus():
+                if pxn_enabled and self.rules.has_path("PXN"):
+                    if peer is not None and peer != g:
+                        if self.rules.has_p2c and (self.rules.version.minor >= 28 or pxn_c2c):
+                            limit = code("P2C") if pxn_c2c else code("PXB")
+                        else:
+                            limit = code("PXB")
+                        peer_net, mine = self.p(peer, net), self.p(g, net)
+                        gdr_ok = (not self.rules.pxn_requires_gdr) or self.check_gdr(peer, net, True).enabled
+                        if (peer_net.type <= limit and gdr_ok
+                                and self.p(peer, g).type <= code("NVL")
+                                and self.s.nodes[peer].system_id == self.s.nodes[g].system_id
+                                and (peer_net.bw > mine.bw or mine.type > code(self.rules.pxn_cpu_avoid_above))):
+                            self.add_inter_step(peer, g, net, pxn=True)
+                mine = self.p(g, net)
+                if not self.rules.gdr_check_below_phb_only or mine.type < code("PHB"):
+                    if not self.check_gdr(g, net, False).enabled:
+                        cpu = self.local_cpu(g)
+                        if cpu is not None:
+                            self.add_inter_step(cpu, net, g)
+                            self.add_inter_step(cpu, g, net)
+        return pxn_enabled
+
+    def transports(self, decisions) -> dict[tuple[int, int], Transport]:
+        result = {}
+        shm_disable = self.params.get("NCCL_SHM_DISABLE") == 1
+        cumem = self.params.get("NCCL_CUMEM_ENABLE") != 0 and self.rules.version.minor >= 19
+        nodes = self.s.nodes
+        for (p, g), (ok, read, inter) in decisions.items():
+            if p == g:
+                continue
+            ra, rb = nodes[p].gpu.rank, nodes[g].gpu.rank
+            if self.p(p, g).type == self.code("NET") or (not ok and shm_disable):
+                result[(ra, rb)] = Transport("NET", self._net_detail(p))
+                continue
+            cuda = nodes[p].gpu.cuda_p2p and nodes[g].gpu.cuda_p2p
+            if ok and cuda and not self.check_net(p, g):
+                detail = "P2P/CUMEM" if cumem else "P2P/IPC"
+                result[(ra, rb)] = Transport("P2P", detail + ("/read" if read else ""), inter, read)
+            elif not shm_disable and not self.check_net(p, g):
+                result[(ra, rb)] = Transport("SHM", "SHM/direct/direct")
+            else:
+                result[(ra, rb)] = Transport("NET", self._net_detail(p))
+        return result
+
+    def _net_detail(self, gpu: int) -> str:
+        net = _local_net(self.to, self.s, gpu, 0)
+        if net is None:
+            return f"NET/{self.net_plugin}"
+        dev = self.s.nodes[net].net.dev
+        gdr = self.check_gdr(gpu, net, True).enabled and self.net_plugin != "Socket"
+        return f"NET/{self.net_plugin}/{dev}" + ("/GDRDMA" if gdr else "")
+
+    def gdr_tables(self) -> tuple[dict, dict]:
+        send, recv = {}, {}
+        plugin_gdr = self.net_plugin != "Socket"
+        for g in self.s.gpus():
+            for n in self.s.nets():
+                key = (self.gpu_rank(g), n)
+                s, r = self.check_gdr(g, n, True), self.check_gdr(g, n, False)
+                if not plugin_gdr:
+                    s = Gdr(False, "Disabled", s.distance, s.proxy_rank)
+                    r = Gdr(False, "Disabled", r.distance, r.proxy_rank)
+                send[key], recv[key] = s, r
+        return send, recv
+
+    def search_bw(self) -> tuple[float, float]:
+        """ncclTopoSearchInit: maxBw (best GPU->NET, or GPU->GPU path) and totalBw (injection)."""
+        devices = self.s.of_kind(self.s.device_kind)
+        if not self.inter and len(self.s.gpus()) == 1:
+            return LOC_BW, LOC_BW
+        max_bw = total_bw = 0.0
+        targets = self.s.nets() if self.inter else devices
+        for d in devices:
+            for t in targets:
+                p = self.p(d, t)
+                if p is not None and p.nodes:
+                    max_bw = max(max_bw, p.bw)
+            nvl = sum(l.bw_gbps for l in self.s.nodes[d].links if l.kind == "NVL")
+            pci = 0.0
+            for l in self.s.nodes[d].links:
+                if l.kind == "PCI":
+                    pci = l.bw_gbps
+            total_bw = max(total_bw, nvl, pci)
+        return max_bw, total_bw
+
+    def freeze(self, decisions, pxn_enabled) -> Paths:
+        names = self.rules.path_names
+        to = {}
+        for dst, row in self.to.items():
+            to[dst] = tuple(Path(names[p.type], p.bw, p.nodes) if p is not None else None for p in row)
+        max_bw, total_bw = self.search_bw()
+        send, recv = self.gdr_tables()
+        transports = self.transports(decisions)
+        return Paths(
+            system=self.s, to=MappingProxyType(to), transports=MappingProxyType(transports),
+            gdr_send=MappingProxyType(send), gdr_recv=MappingProxyType(recv),
+            p2p_level=self.p2p_level, gdr_level=self.gdr_level, pxn_enabled=pxn_enabled,
+            p2p_pxn_level=int(self.params.get("NCCL_P2P_PXN_LEVEL")), net_plugin=self.net_plugin,
+            inter=self.inter, max_bw=max_bw, total_bw=total_bw, notes=tuple(dict.fromkeys(self.notes)),
+        )
+
+
+def compute_paths(system: System, params: Params, *, inter: bool = False, net_plugin: str = "IB") -> Paths:
+    """NCCL's paths and transport decisions for `system` (one node, or one NVLink domain).
+
+    `inter` says whether the communicator spans several nodes (NCCL's system->inter), which
+    changes what maxBw measures; `net_plugin` is the name NCCL prints for the network
+    ("IB", "Socket", "AWS Libfabric"). NCCL_IB_DISABLE turns IB into sockets.
+    """
+    if params.get("NCCL_IB_DISABLE") == 1 and net_plugin == "IB":
+        net_plugin = "Socket"
+    c = _Compute(system, params, inter, net_plugin)
+    decisions = c.divert_non_p2p()
+    c.p2c_fixup()
+    pxn = c.pxn_and_gdr()
+    return c.freeze(decisions, pxn)
+
+
+def local_nets(paths: Paths, rank: int) -> tuple[int, ...]:
+    """Indices of the NET nodes closest to a rank's GPU (ncclTopoGetLocal GPU -> NET)."""
+    s = paths.system
+    gpu = s.gpu_by_rank(rank)
+    nets = s.nets()
+    return tuple(nets[k] for k in _get_local(_table(paths), s, gpu, "NET"))
+
+
+def local_net(paths: Paths, rank: int, channel: int = 0) -> int | None:
+    """The NET node a rank uses on `channel` (ncclTopoGetLocalNet)."""
+    return _local_net(_table(paths), paths.system, paths.system.gpu_by_rank(rank), channel)
+
+
+class _TypedRow:
+    """Adapts frozen Path rows to the integer-typed view the local-net helpers read."""
+
+    __slots__ = ("row", "code")
+
+    def __init__(self, row, code):
+        self.row, self.code = row, code
+
+    def __getitem__(self, i):
+        p = self.row[i]
+        return None if p is None else _P(self.code(p.type), p.bw_gbps, p.nodes)
+
+
+def _table(paths: Paths) -> dict:
+    code = paths.system.rules.path_code
+    return {dst: _TypedRow(row, code) for dst, row in paths.to.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Printing
+
+PATH_LEGEND = (
+    "LOC = same device; NVL = NVLink; NVB = NVLink through an intermediate GPU; C2C = Grace C2C; "
+    "PIX = at most one PCIe bridge; PXB = several PCIe bridges, no host bridge; P2C = C2C then PCIe; "
+    "PXN = through an NVLink peer to its NIC; PHB = through a CPU host bridge; SYS = across CPUs (QPI/UPI/xGMI); "
+    "NET = only over the network; DIS = disconnected"
+)
+
+
+def _cell(path: Path | None) -> str:
+    return "-" if path is None else f"{path.type}/{path.bw_gbps:.1f}"
+
+
+def format_paths(paths: Paths) -> list[str]:
+    """A GPU x (GPU, NET) matrix of path types and GB/s, like `nvidia-smi topo -m` in NCCL's terms."""
+    s = paths.system
+    gpus = sorted(s.gpus(), key=lambda g: s.nodes[g].gpu.rank)
+    nets = list(s.nets())
+    heads = [f"GPU{s.nodes[g].gpu.rank}" for g in gpus] + [f"NET{s.nodes[n].net.dev}" for n in nets]
+    cols = gpus + nets
+    width = max([11] + [len(h) + 1 for h in heads])
+    out = [f"Paths, NCCL {s.rules.version} (type/bottleneck GB/s):",
+           " " * 8 + "".join(h.ljust(width) for h in heads)]
+    for g in gpus:
+        cells = [_cell(paths.path(g, c)) if c != g else "X" for c in cols]
+        out.append(f"GPU{s.nodes[g].gpu.rank}".ljust(8) + "".join(c.ljust(width) for c in cells))
+    for n in nets:
+        cells = [_cell(paths.path(n, c)) if c != n else "X" for c in cols]
+        out.append(f"NET{s.nodes[n].net.dev}".ljust(8) + "".join(c.ljust(width) for c in cells))
+    out.append("")
+    out.append(f"P2P level {paths.p2p_level}, GDR level {paths.gdr_level}, PXN {'on' if paths.pxn_enabled else 'off'}"
+               f" (NCCL_P2P_PXN_LEVEL {paths.p2p_pxn_level}), network {paths.net_plugin}")
+    if paths.transports:
+        out.append("Transports (GPU -> GPU):")
+        for (a, b), t in sorted(paths.transports.items()):
+            via = f" via rank {t.intermediate_rank}" if t.intermediate_rank >= 0 else ""
+            out.append(f"  {a} -> {b}: {t.detail}{via}")
+    if nets:
+        out.append("GPU -> NIC (channel 0 NIC; GPUDirect RDMA for send/recv):")
+        for g in gpus:
+            rank = s.nodes[g].gpu.rank
+            n = local_net(paths, rank, 0)
+            if n is None:
+                continue
+            dev = s.nodes[n].net.dev
+            send, recv = paths.gdr_send[(rank, n)], paths.gdr_recv[(rank, n)]
+            proxy = f", PXN via rank {send.proxy_rank}" if send.proxy_rank != rank else ""
+            out.append(f"  GPU{rank} -> NET{dev} ({s.nodes[n].net.name}): {paths.path(g, n).type}"
+                       f"/{paths.path(g, n).bw_gbps:.1f}, GDR send {'on' if send.enabled else 'off'}"
+                       f" recv {'on' if recv.enabled else 'off'} ({send.distance}){proxy}")
+    out.append("Legend: " + PATH_LEGEND)
+    return out

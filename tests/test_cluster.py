@@ -1,0 +1,57 @@
+"""The inter-node fabric graph: rails, leaves, spines, oversubscription."""
+import networkx as nx
+import pytest
+
+from conftest import build
+from nicksim.cluster import ClusterSpec, build_cluster, fabric_route
+from nicksim.errors import UsageError
+from nicksim.hardware import fabric
+
+
+def cluster(nodes, **kw):
+    system, paths = build("dgx-h100", inter=nodes > 1)
+    return build_cluster(system, paths, ClusterSpec(nodes=nodes, fabric=fabric("ib"), **kw))
+
+
+def test_rail_optimized_two_nodes():
+    c = cluster(2)
+    assert c.nranks == 16 and c.leaves == 8
+    same_rail = fabric_route(c, (0, 3), (1, 3))
+    assert same_rail.switches == 1 and same_rail.bw_gbps == pytest.approx(50.0)
+    cross_rail = fabric_route(c, (0, 3), (1, 4))
+    assert cross_rail.switches == 3  # leaf, spine, leaf
+    assert cross_rail.lat_us > same_rail.lat_us
+
+
+def test_not_rail_optimized_shares_leaves():
+    c = cluster(2, rail_optimized=False)
+    assert c.leaves == 1 and fabric_route(c, (0, 3), (1, 4)).switches == 1
+
+
+def test_oversubscription_divides_uplinks():
+    full = cluster(4, hosts_per_leaf=2)
+    half = cluster(4, hosts_per_leaf=2, oversubscription=2.0)
+    a, b = fabric_route(full, (0, 0), (3, 0)), fabric_route(half, (0, 0), (3, 0))
+    assert a.switches == b.switches == 3
+    assert b.bw_gbps == pytest.approx(a.bw_gbps / 2)
+    # Inside one leaf nothing changes.
+    assert fabric_route(half, (0, 0), (1, 0)).bw_gbps == pytest.approx(50.0)
+
+
+def test_every_nic_reaches_every_nic():
+    c = cluster(64)
+    assert nx.is_connected(c.graph)
+    assert c.graph.number_of_nodes() == 64 * 8 + c.leaves + c.spines
+
+
+def test_single_node_has_no_switches():
+    c = cluster(1)
+    assert c.leaves == c.spines == 0 and c.graph.number_of_edges() == 0
+
+
+@pytest.mark.parametrize("spec", [ClusterSpec(nodes=0), ClusterSpec(nodes=2, oversubscription=0.5),
+                                  ClusterSpec(nodes=2, hosts_per_leaf=0)])
+def test_bad_specs(spec):
+    system, paths = build("dgx-h100")
+    with pytest.raises(UsageError):
+        build_cluster(system, paths, spec)

@@ -1,0 +1,92 @@
+"""Completing partial vendor files (../shared/validation/topologies) and shaping nodes."""
+import pytest
+
+from conftest import build, need_validation
+from nicksim.errors import UsageError
+from nicksim.fill import FillOptions, fill_topology
+from nicksim.hardware import gpu_model
+from nicksim.xml import read_topo_xml
+
+
+def vfile(name):
+    return str(need_validation() / "topologies" / name)
+
+
+def test_every_validation_file_loads_without_options():
+    for path in sorted((need_validation() / "topologies").glob("*.xml")):
+        system, paths = build(str(path))
+        assert system.of_kind("CPU"), path.name
+
+
+def test_p4d_gpus_are_completed_from_the_pci_device_id():
+    # p4d.24xlarge lists A100 endpoints (10de:20b0) without <gpu>; the model is inferred, NVSwitch links added.
+    system, paths = build(vfile("topo_aws_p4d_24xl.xml"))
+    assert len(system.gpus()) == 8 and len(system.nets()) == 4
+    assert all(system.nodes[g].gpu.sm == 80 for g in system.gpus())
+    assert paths.total_bw == pytest.approx(12 * 20.0)
+    assert any("inferred" in n or "completed 8 GPU" in n for n in system.notes)
+
+
+def test_p5_v192_places_one_gpu_per_leaf_switch_and_makes_the_endpoints_nics():
+    system, paths = build(vfile("topo_aws_p5_48xl_v1.9.2.xml"), gpu="h100", fab="efa")
+    assert len(system.gpus()) == 8 and len(system.nets()) == 32
+    assert {system.nodes[n].net.name[:5] for n in system.nets()} == {"rdmap"}
+    # Each GPU sits in the switch with its 4 NICs: PIX to those, never through the CPU.
+    for rank in range(8):
+        g = system.gpu_by_rank(rank)
+        pix = [n for n in system.nets() if paths.path(g, n).type == "PIX"]
+        assert len(pix) == 4
+
+
+def test_azure_ndv2_v100_cube_mesh():
+    system, paths = build(vfile("topo_azure_ndv2.xml"), gpu="v100")
+    assert len(system.gpus()) == 8
+    for g in system.gpus():
+        total = sum(l.bw_gbps for l in system.nodes[system.device_of(g)].links if l.kind == "NVL")
+        assert total == pytest.approx(6 * 20.0)  # 6 NVLinks per V100 (topo.h SM70 20.0)
+    g0, g3, g5 = (system.gpu_by_rank(r) for r in (0, 3, 5))
+    assert paths.path(g0, g3).type == "NVL" and paths.path(g0, g3).bw_gbps == pytest.approx(40.0)
+    assert paths.path(g0, g5).type == "NVB"  # two NVLink hops through GPU 1 or 4
+
+
+def test_g5_root_ports_become_gpus_and_the_last_endpoint_the_nic():
+    system, _ = build(vfile("topo_aws_g5_48xl.xml"), gpu="a10g")
+    assert len(system.gpus()) == 8 and len(system.nets()) == 1
+
+
+def test_gpus_without_a_model_are_left_out_with_a_note():
+    system, paths = build(vfile("topo_azure_ndv5.xml"))
+    assert not system.gpus()
+    assert any("--gpu" in n for n in system.notes)
+    completed, _ = build(vfile("topo_azure_ndv5.xml"), gpu="h100", fab="ib", nic_gbps=400)
+    assert len(completed.gpus()) == 8 and {completed.nodes[n].net.bw_gbps for n in completed.nets()} == {50.0}
+
+
+def test_completion_never_changes_what_the_file_states():
+    doc = read_topo_xml(vfile("topo_azure_ndv4.xml"))
+    filled = fill_topology(doc, FillOptions(gpu=gpu_model("a100")))
+    before = {n.get("busid"): n.attrs for n in doc.root.iter() if n.tag == "pci"}
+    after = {n.get("busid"): n.attrs for n in filled.doc.root.iter() if n.tag == "pci"}
+    for busid, attrs in before.items():
+        assert after[busid][:len(attrs)] == attrs
+
+
+def test_gpus_and_nics_per_node():
+    system, _ = build("dgx-h100", gpus_per_node=2, nics_per_node=4, nic_gbps=200)
+    assert len(system.gpus()) == 2 and len(system.nets()) == 4
+    assert {system.nodes[n].net.bw_gbps for n in system.nets()} == {25.0}
+    more, _ = build("dgx-h100", nics_per_node=16)
+    assert len(more.nets()) == 16 and sorted(more.nodes[n].net.dev for n in more.nets()) == list(range(16))
+    with pytest.raises(UsageError):
+        build("dgx-h100", gpus_per_node=9)
+
+
+def test_trimming_gpus_drops_nvlinks_to_them():
+    system, paths = build(vfile("topo_azure_ndv2.xml"), gpu="v100", gpus_per_node=4)
+    assert len(system.gpus()) == 4
+
+
+def test_tcp_fabric_turns_gdr_off():
+    system, paths = build("dgx-h100", fab="tcp", inter=True)
+    assert paths.net_plugin == "Socket"
+    assert not any(g.enabled for g in paths.gdr_send.values())
