@@ -19,7 +19,7 @@ from .errors import NickSimError, UsageError
 from .fill import FillOptions
 from .hardware import FABRICS, GPU_MODELS, fabric, gpu_model
 from .params import Params, read_params
-from .paths import compute_paths, format_paths
+from .paths import compute_paths, format_nccl_paths, format_paths
 from .topo import build_system, format_system
 from .xml import write_topo_xml
 
@@ -155,6 +155,7 @@ def _run_topo(args, params: Params) -> int:
     if args.nodes > 1:
         print("\n".join(format_cluster(cluster)))
     if args.paths:
+        print("\n".join(format_nccl_paths(paths)))
         print("\n".join(format_paths(paths)))
     return 0
 

@@ -31,6 +31,7 @@ __all__ = [
     "local_nets",
     "local_net",
     "format_paths",
+    "format_nccl_paths",
     "PATH_LEGEND",
 ]
 
@@ -110,7 +111,7 @@ class _P:
 _LINK_TO_PATH = {"LOC": "LOC", "NVL": "NVL", "C2C": "C2C", "PCI": "PIX", "SYS": "SYS", "NET": "LOC"}
 
 
-def _bfs(system: System, base: int, rules: TopoRules, nvb_disable: bool) -> list[_P]:
+def _bfs(system: System, base: int, rules: TopoRules, nvb_disable: bool) -> list[_P | None]:
     nodes = system.nodes
     code = rules.path_code
     LOC, NVL, NVB, PXB, PHB, DIS = (code(n) for n in ("LOC", "NVL", "NVB", "PXB", "PHB", "DIS"))
@@ -168,8 +169,7 @@ def _bfs(system: System, base: int, rules: TopoRules, nvb_disable: bool) -> list
                     if rem not in upcoming:
                         upcoming.append(rem)
         current = upcoming
-    # NCCL keeps unreachable nodes as PATH_DIS with no bandwidth.
-    return [p if p is not None else _P(DIS, 0.0, ()) for p in paths]
+    return paths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,9 +242,19 @@ class _Compute:
         nvb_disable = bool(params.get("NCCL_NVB_DISABLE"))
         kinds = ("CPU", "DEV", "GPU", "NET", "NVS")
         self.to: dict[int, list[_P | None]] = {}
+        dis = self.code("DIS")
         for kind in kinds:
-            for base in system.of_kind(kind):
+            bases = system.of_kind(kind)
+            for base in bases:
                 self.to[base] = _bfs(system, base, self.rules, nvb_disable)
+            # A node reached from any node of this kind gets a path entry (PATH_DIS, no bandwidth) for
+            # every node of the kind, as NCCL allocates node->paths[kind] whole; others get none.
+            reached = {i for base in bases for i, p in enumerate(self.to[base]) if p is not None}
+            for base in bases:
+                row = self.to[base]
+                for i in reached:
+                    if row[i] is None:
+                        row[i] = _P(dis, 0.0, ())
         self.p2p_level = self._p2p_level()
         self.gdr_level = self._gdr_level()
 
@@ -632,46 +642,88 @@ PATH_LEGEND = (
 )
 
 
+def _short(transport: Transport | None) -> str:
+    if transport is None:
+        return "X"
+    text = transport.kind + ("/read" if transport.read else "")
+    return text + (f"@{transport.intermediate_rank}" if transport.intermediate_rank >= 0 else "")
+
+
 def _cell(path: Path | None) -> str:
     return "-" if path is None else f"{path.type}/{path.bw_gbps:.1f}"
 
 
+_PRINT_ORDER = ("GPU", "PCI", "NVS", "CPU", "NIC", "NET", "DEV")  # topo.h node type order
+MATRIX_LIMIT = 16
+
+
+def format_nccl_paths(paths: Paths) -> list[str]:
+    """The per-GPU and per-NET path lines NCCL prints after the system (paths.cc printNodePaths)."""
+    s = paths.system
+    style = s.rules.print_style
+
+    def label(index: int, header: bool) -> str:
+        node = s.nodes[index]
+        if style == 218 or (style == 222 and header):
+            return f"{node.kind}/{node.id:X}"
+        return f"{node.kind}/{node.system_id:x}-{node.local_id:x}"
+
+    out = []
+    for src in s.gpus() + s.nets():
+        line = label(src, True) + " :"
+        for kind in _PRINT_ORDER:
+            for dst in s.of_kind(kind):
+                p = paths.path(src, dst)
+                if p is None:
+                    continue
+                bw = f"{p.bw_gbps:f}" if style == 218 else f"{p.bw_gbps:.1f}"
+                line += f"{label(dst, False)} ({p.hops}/{bw}/{p.type}) "
+        out.append(line)
+    return out
+
+
 def format_paths(paths: Paths) -> list[str]:
-    """A GPU x (GPU, NET) matrix of path types and GB/s, like `nvidia-smi topo -m` in NCCL's terms."""
+    """Path types and GB/s as a GPU x (GPU, NET) matrix, transports, and each GPU's NIC and GDR."""
     s = paths.system
     gpus = sorted(s.gpus(), key=lambda g: s.nodes[g].gpu.rank)
-    nets = list(s.nets())
-    heads = [f"GPU{s.nodes[g].gpu.rank}" for g in gpus] + [f"NET{s.nodes[n].net.dev}" for n in nets]
-    cols = gpus + nets
+    shown = gpus[:MATRIX_LIMIT]
+    hosts = {s.nodes[g].system_id for g in shown}
+    nets = [n for n in s.nets() if s.nodes[n].system_id in hosts]
+    heads = [f"GPU{s.nodes[g].gpu.rank}" for g in shown] + [f"NET{s.nodes[n].net.dev}" for n in nets]
+    cols = shown + nets
     width = max([11] + [len(h) + 1 for h in heads])
-    out = [f"Paths, NCCL {s.rules.version} (type/bottleneck GB/s):",
+    out = [f"Paths, NCCL {s.rules.version} (type/bottleneck GB/s, row to column):",
            " " * 8 + "".join(h.ljust(width) for h in heads)]
-    for g in gpus:
+    for g in shown:
         cells = [_cell(paths.path(g, c)) if c != g else "X" for c in cols]
         out.append(f"GPU{s.nodes[g].gpu.rank}".ljust(8) + "".join(c.ljust(width) for c in cells))
     for n in nets:
         cells = [_cell(paths.path(n, c)) if c != n else "X" for c in cols]
         out.append(f"NET{s.nodes[n].net.dev}".ljust(8) + "".join(c.ljust(width) for c in cells))
+    if len(gpus) > len(shown):
+        out.append(f"({len(gpus) - len(shown)} more GPUs not shown)")
     out.append("")
     out.append(f"P2P level {paths.p2p_level}, GDR level {paths.gdr_level}, PXN {'on' if paths.pxn_enabled else 'off'}"
                f" (NCCL_P2P_PXN_LEVEL {paths.p2p_pxn_level}), network {paths.net_plugin}")
     if paths.transports:
-        out.append("Transports (GPU -> GPU):")
-        for (a, b), t in sorted(paths.transports.items()):
-            via = f" via rank {t.intermediate_rank}" if t.intermediate_rank >= 0 else ""
-            out.append(f"  {a} -> {b}: {t.detail}{via}")
+        details = sorted({t.detail for t in paths.transports.values()})
+        out.append(f"Transports, row sends to column ({', '.join(details)}; @R = through rank R):")
+        ranks = [s.nodes[g].gpu.rank for g in shown]
+        out.append(" " * 8 + "".join(f"GPU{r}".ljust(width) for r in ranks))
+        for a in ranks:
+            cells = [_short(paths.transports.get((a, b))) for b in ranks]
+            out.append(f"GPU{a}".ljust(8) + "".join(c.ljust(width) for c in cells))
     if nets:
-        out.append("GPU -> NIC (channel 0 NIC; GPUDirect RDMA for send/recv):")
-        for g in gpus:
+        out.append("GPU -> NIC on channel 0 (path; GPUDirect RDMA for send / recv):")
+        for g in shown:
             rank = s.nodes[g].gpu.rank
             n = local_net(paths, rank, 0)
             if n is None:
                 continue
-            dev = s.nodes[n].net.dev
             send, recv = paths.gdr_send[(rank, n)], paths.gdr_recv[(rank, n)]
             proxy = f", PXN via rank {send.proxy_rank}" if send.proxy_rank != rank else ""
-            out.append(f"  GPU{rank} -> NET{dev} ({s.nodes[n].net.name}): {paths.path(g, n).type}"
-                       f"/{paths.path(g, n).bw_gbps:.1f}, GDR send {'on' if send.enabled else 'off'}"
-                       f" recv {'on' if recv.enabled else 'off'} ({send.distance}){proxy}")
+            out.append(f"  GPU{rank} -> NET{s.nodes[n].net.dev} ({s.nodes[n].net.name}): {_cell(paths.path(g, n))}, "
+                       f"GDR {'on' if send.enabled else 'off'} / {'on' if recv.enabled else 'off'} "
+                       f"({send.distance}){proxy}")
     out.append("Legend: " + PATH_LEGEND)
     return out
