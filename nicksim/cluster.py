@@ -17,7 +17,7 @@ import networkx as nx
 
 from .errors import UsageError
 from .hardware import Fabric
-from .paths import Paths, local_net
+from .paths import Paths, local_net, p2p_net
 from .topo import System
 
 __all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "Route", "format_cluster"]
@@ -184,4 +184,16 @@ def format_cluster(cluster: Cluster) -> list[str]:
         lines.append(f"GPU{rank}@node0 -> GPU{rank}@node1: NET via NET{dev} ({inside.type}/{inside.bw_gbps:.1f}), "
                      f"{route.switches} switch hop(s), fabric {route.bw_gbps:.1f} GB/s, {route.lat_us:.2f} us "
                      f"-> {bw:.1f} GB/s")
+    first = min(system.gpus(), key=lambda i: system.nodes[i].gpu.rank)
+    rank0 = system.nodes[first].gpu.rank
+    hops = []
+    for g in sorted(system.gpus(), key=lambda i: system.nodes[i].gpu.dev):
+        peer_dev = system.nodes[g].gpu.dev
+        net, proxy = p2p_net(cluster.paths, rank0, peer_dev)
+        if net is not None:
+            via = "" if proxy == rank0 else f" via rank {proxy}"
+            hops.append(f"GPU{peer_dev}: NET{system.nodes[net].net.dev}{via}")
+    if hops:
+        lines.append(f"Send/recv from GPU{rank0}@node0 to node 1 (NCCL_P2P_PXN_LEVEL {cluster.paths.p2p_pxn_level}"
+                     f"{'' if cluster.paths.pxn_enabled else ', PXN disabled'}): " + ", ".join(hops))
     return lines

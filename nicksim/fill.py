@@ -174,6 +174,7 @@ class _Filler:
         self.notes: list[str] = []
         self.root = doc.root
         self.model = _infer_model(self.root, opts.gpu)
+        self.inferred = opts.gpu is None and self.model is not None
 
     # Rule 1
     def add_missing_gpu_elements(self) -> None:
@@ -191,7 +192,8 @@ class _Filler:
                 return node.with_children(node.children + (_gpu_child(model),))
             return node
         self.root = _map(self.root, fn)
-        self.notes.append(f"completed {len(bare)} GPU endpoint(s) as {model.marketing} (sm {model.sm})")
+        how = " (model inferred from the PCI device id)" if self.inferred else ""
+        self.notes.append(f"completed {len(bare)} GPU endpoint(s) as {model.marketing} (sm {model.sm}){how}")
 
     # Rule 2
     def place_gpus(self) -> None:
@@ -283,6 +285,10 @@ class _Filler:
         if any(g.findall("nvlink") for _, g in gpus):
             return
         model = self.model
+        if self.inferred and model.nvlink_wiring != "nvswitch":
+            # Bridges on PCIe boards are optional: only add them when the user names the model.
+            self.notes.append(f"{model.marketing} NVLink bridges not added (pass --gpu {model.name} to add them)")
+            return
         per_host = _gpu_busids_by_host(self.root)
         links: dict[str, tuple[XmlNode, ...]] = {}
         for busids in per_host:

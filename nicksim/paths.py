@@ -30,6 +30,7 @@ __all__ = [
     "compute_paths",
     "local_nets",
     "local_net",
+    "p2p_net",
     "format_paths",
     "format_nccl_paths",
     "PATH_LEGEND",
@@ -81,7 +82,9 @@ class Paths:
     p2p_level: str
     gdr_level: str
     pxn_enabled: bool
+    pxn_c2c: bool
     p2p_pxn_level: int
+    cross_nic: int
     net_plugin: str
     inter: bool
     max_bw: float
@@ -474,10 +477,13 @@ class _Compute:
                     self.set_p(g, n, _P(min(p2c, gp.type), gp.bw, gp.nodes))
                     self.set_p(n, g, _P(min(p2c, np_.type), np_.bw, np_.nodes))
 
+    def pxn_c2c(self) -> bool:
+        value = self.params.get("NCCL_PXN_C2C")
+        return bool(self.rules.pxn_c2c_default if value is None else value) and self.rules.has_p2c
+
     def pxn_and_gdr(self) -> bool:
         pxn_enabled = self.params.get("NCCL_PXN_DISABLE") != 1
-        pxn_c2c = self.params.get("NCCL_PXN_C2C")
-        pxn_c2c = bool(self.rules.pxn_c2c_default if pxn_c2c is None else pxn_c2c)
+        pxn_c2c = self.pxn_c2c()
         code = self.code
         for net in self.s.nets():
             peer = _local_gpu_of_net(self.to, self.s, net) if pxn_enabled else None
@@ -578,8 +584,9 @@ class _Compute:
         return Paths(
             system=self.s, to=MappingProxyType(to), transports=MappingProxyType(transports),
             gdr_send=MappingProxyType(send), gdr_recv=MappingProxyType(recv),
-            p2p_level=self.p2p_level, gdr_level=self.gdr_level, pxn_enabled=pxn_enabled,
-            p2p_pxn_level=int(self.params.get("NCCL_P2P_PXN_LEVEL")), net_plugin=self.net_plugin,
+            p2p_level=self.p2p_level, gdr_level=self.gdr_level, pxn_enabled=pxn_enabled, pxn_c2c=self.pxn_c2c(),
+            p2p_pxn_level=int(self.params.get("NCCL_P2P_PXN_LEVEL")),
+            cross_nic=int(self.params.get("NCCL_CROSS_NIC")), net_plugin=self.net_plugin,
             inter=self.inter, max_bw=max_bw, total_bw=total_bw, notes=tuple(dict.fromkeys(self.notes)),
         )
 
@@ -611,6 +618,42 @@ def local_nets(paths: Paths, rank: int) -> tuple[int, ...]:
 def local_net(paths: Paths, rank: int, channel: int = 0) -> int | None:
     """The NET node a rank uses on `channel` (ncclTopoGetLocalNet)."""
     return _local_net(_table(paths), paths.system, paths.system.gpu_by_rank(rank), channel)
+
+
+def p2p_net(paths: Paths, rank: int, peer_dev: int, channel: int = 0) -> tuple[int | None, int]:
+    """(NET node, proxy rank) a rank uses to send to or receive from a peer GPU `peer_dev` on another
+    node, as search.cc ncclTopoGetNetDev does for point-to-point without a graph: its own NIC, or —
+    with NCCL_P2P_PXN_LEVEL 1/2 or NCCL_CROSS_NIC=0 — the NIC matching the peer's GPU, reached
+    through the NVLink peer that sits next to it (PXN)."""
+    s = paths.system
+    table = _table(paths)
+    gpu = s.gpu_by_rank(rank)
+    net = _local_net(table, s, gpu, channel)
+    proxy = rank
+    level = paths.p2p_pxn_level if paths.pxn_enabled else 0
+    if net is None or not (paths.cross_nic == 0 or level != 0):
+        return net, proxy
+    twin = next((g for g in s.gpus() if s.nodes[g].gpu.dev == peer_dev
+                 and s.nodes[g].system_id == s.nodes[gpu].system_id), None)
+    if twin is None:
+        return net, proxy
+    peer_net = _local_net(table, s, twin, channel)
+    if paths.cross_nic == 0:
+        net = peer_net
+    code = s.rules.path_code
+    if level == 1 and s.rules.has_path("PXN"):
+        if code(paths.path(gpu, peer_net).type) <= code("PXN"):
+            return peer_net, paths.gdr_send[(rank, peer_net)].proxy_rank
+    elif level == 2:
+        relay = _local_gpu_of_net(table, s, peer_net)
+        if relay is not None:
+            limit = code("P2C") if paths.pxn_c2c else code("PXB")
+            relay_rank = s.nodes[relay].gpu.rank
+            if (code(paths.path(relay, gpu).type) <= code("NVL")
+                    and code(paths.path(relay, peer_net).type) <= limit
+                    and paths.gdr_recv[(relay_rank, peer_net)].enabled):
+                return peer_net, relay_rank
+    return net, proxy
 
 
 class _TypedRow:

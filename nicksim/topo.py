@@ -92,6 +92,8 @@ class NetInfo:
     maxconn: int
     coll: int
     asic: int
+    rail: int = -1
+    plane: int = -1
 
 
 @dataclass(frozen=True)
@@ -430,6 +432,9 @@ class _Builder:
         gdr = rd.int(xml_gpu, "gdr", default=0)
         if sm <= 0:
             raise rd.fail(xml_gpu, f"<gpu> sm=\"{xml_gpu.get('sm')}\" is not a compute capability", 'sm="90" for 9.0')
+        if xml_gpu.has("mlopart"):
+            rd.int(xml_gpu, "mlopart")
+            self.note(xml_gpu, "<gpu mlopart=...> partitions are not modelled; the GPU is taken whole")
         model: GpuModel | None = None
         device = rd.hexint(xml_pci, "device")
         if device is not None:
@@ -461,6 +466,9 @@ class _Builder:
                 continue
             if not xml_net.has("dev"):
                 continue  # topo.cc: a net without dev is not added
+            if self.rules.version.minor >= 29 and rd.int(xml_net, "net", default=1) == 0:
+                self.note(xml_net, '<net net="0"> (a GIN/RMA-only device) is not modelled; ignored')
+                continue
             dev = rd.int(xml_net, "dev", required=True)
             speed = rd.int(xml_net, "speed", default=0)
             if speed <= 0:
@@ -474,7 +482,8 @@ class _Builder:
             info = NetInfo(dev=dev, name=xml_net.get("name") or f"net{dev}", bw_gbps=bw,
                            latency_us=rd.float(xml_net, "latency", 0.0), port=rd.int(xml_net, "port", default=0),
                            gdr=bool(rd.int(xml_net, "gdr", default=0)), maxconn=rd.int(xml_net, "maxconn", default=64),
-                           coll=rd.int(xml_net, "coll", default=0), asic=asic)
+                           coll=rd.int(xml_net, "coll", default=0), asic=asic,
+                           rail=rd.int(xml_net, "rail", default=-1), plane=rd.int(xml_net, "plane", default=-1))
             net_id = (sid << 56) + dev
             if self.get("NET", net_id) is not None:
                 raise rd.fail(xml_net, f"<net dev=\"{dev}\"> appears twice in the same host", "a distinct dev per <net>")

@@ -212,3 +212,18 @@ def test_path_properties(topology, env):
         for h in gpus:
             a, b = paths.path(g, h), paths.path(h, g)
             assert (a.type, a.bw_gbps) == (b.type, b.bw_gbps)
+
+
+def test_p2p_pxn_level_picks_the_nic_and_the_proxy():
+    from nicksim.paths import p2p_net
+
+    def choice(env):
+        system, paths = build("dgx-h100", env=env, inter=True)
+        return [(system.nodes[n].net.dev, proxy) for n, proxy in (p2p_net(paths, 0, d) for d in range(8))]
+    # search.cc ncclTopoGetNetDev: level 2 (default) sends to peer GPU d through the NIC next to local GPU d,
+    # with GPU d as proxy (PXN); level 1 only where the path is PXN or better; level 0 keeps the own NIC.
+    assert choice({}) == [(d, d) for d in range(8)]
+    assert choice({"NCCL_P2P_PXN_LEVEL": "1"}) == [(d, d) for d in range(8)]
+    assert choice({"NCCL_P2P_PXN_LEVEL": "0"}) == [(0, 0)] * 8
+    assert choice({"NCCL_PXN_DISABLE": "1"}) == [(0, 0)] * 8
+    assert choice({"NCCL_P2P_PXN_LEVEL": "0", "NCCL_CROSS_NIC": "0"}) == [(d, 0) for d in range(8)]
