@@ -33,26 +33,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_int(name: str):
+def _int_at_least(name: str, minimum: int):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} '{text}' is not an integer (valid: 1 or more)") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name} {value} (valid: 1 or more)")
-        return value
-    return parse
-
-
-def _nonneg_int(name: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} '{text}' is not an integer (valid: 0 or more)") from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{name} {value} (valid: 0 or more)")
+            raise argparse.ArgumentTypeError(f"{name} '{text}' is not an integer (valid: {minimum} or more)") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} {value} (valid: {minimum} or more)")
         return value
     return parse
 
@@ -78,14 +66,14 @@ def _add_system_options(p: argparse.ArgumentParser) -> None:
                         f"default: NCCL_TOPO_FILE if set, else {DEFAULT_SYSTEM}")
     g.add_argument("--system", dest="system_opt", metavar="NAME|FILE", help="same as SYSTEM")
     g.add_argument("--gpu", metavar="MODEL", help=f"complete partial files with this GPU ({', '.join(GPU_MODELS)})")
-    g.add_argument("--nodes", type=_positive_int("--nodes"), default=1, help="number of nodes (default 1)")
-    g.add_argument("--gpus-per-node", type=_positive_int("--gpus-per-node"), help="use the first G GPUs of each node")
+    g.add_argument("--nodes", type=_int_at_least("--nodes", 1), default=1, help="number of nodes (default 1)")
+    g.add_argument("--gpus-per-node", type=_int_at_least("--gpus-per-node", 1), help="use the first G GPUs of each node")
     g.add_argument("--fabric", metavar="NAME", help=f"inter-node network: {', '.join(FABRICS)}")
-    g.add_argument("--nics-per-node", type=_nonneg_int("--nics-per-node"), help="NIC ports per node")
+    g.add_argument("--nics-per-node", type=_int_at_least("--nics-per-node", 0), help="NIC ports per node")
     g.add_argument("--nic-gbps", type=_positive_float("--nic-gbps"), help="speed of every NIC, Gbit/s")
     g.add_argument("--oversubscription", type=_positive_float("--oversubscription", 1.0, True), default=1.0,
                    help="leaf uplink oversubscription, e.g. 2 for 2:1 (default 1)")
-    g.add_argument("--hosts-per-leaf", type=_positive_int("--hosts-per-leaf"), default=32,
+    g.add_argument("--hosts-per-leaf", type=_int_at_least("--hosts-per-leaf", 1), default=32,
                    help="nodes per leaf switch and rail (default 32)")
     g.add_argument("--no-rail-optimized", dest="rail", action="store_false",
                    help="plug each node's NICs into shared leaves instead of one leaf per rail")

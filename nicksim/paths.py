@@ -306,8 +306,10 @@ class _Compute:
         return "PXB"
 
     # -- helpers over the mutable path table
-    def p(self, src: int, dst: int) -> _P | None:
-        return self.to[dst][src]
+    def p(self, src: int, dst: int) -> _P:
+        """The path src -> dst; a node no search reached has no path at all, read as PATH_DIS."""
+        found = self.to[dst][src]
+        return found if found is not None else _P(self.code("DIS"), 0.0, ())
 
     def set_p(self, src: int, dst: int, path: _P) -> None:
         self.to[dst][src] = path
@@ -321,7 +323,8 @@ class _Compute:
     def add_inter_step(self, via: int, src: int, dst: int, pxn: bool = False) -> None:
         """addInterStep: src -> via -> dst, replacing the path src -> dst."""
         a, b = self.p(src, via), self.p(via, dst)
-        if a is None or b is None:
+        dis = self.code("DIS")
+        if a.type == dis or b.type == dis:
             return
         t = self.code("PXN") if pxn else self.merge(a.type, b.type)
         self.set_p(src, dst, _P(t, min(a.bw, b.bw), a.nodes + b.nodes))
@@ -641,6 +644,8 @@ def p2p_net(paths: Paths, rank: int, peer_dev: int, channel: int = 0) -> tuple[i
     if paths.cross_nic == 0:
         net = peer_net
     code = s.rules.path_code
+    if peer_net is None:
+        return net, proxy
     if level == 1 and s.rules.has_path("PXN"):
         if code(paths.path(gpu, peer_net).type) <= code("PXN"):
             return peer_net, paths.gdr_send[(rank, peer_net)].proxy_rank

@@ -181,9 +181,7 @@ class _Reader:
                 raise self.fail(node, f"<{node.tag}> has no {key}=", f"{key}=\"<integer>\"")
             return default
         try:
-            return int(text.strip(), 0) if not text.strip().lstrip("+-").startswith("0") or \
-                text.strip().lstrip("+-").lower().startswith("0x") or text.strip().lstrip("+-") == "0" \
-                else int(text.strip(), 10)
+            return _parse_int(text)
         except ValueError:
             raise self.fail(node, f"<{node.tag}> {key}=\"{text}\" is not an integer",
                             f"{key} as an integer, e.g. {_EXAMPLES.get(key, '1')}") from None
@@ -219,6 +217,15 @@ class _Reader:
 _EXAMPLES = {"speed": "400000 (Mbit/s)", "link_width": "16", "count": "18", "bw": "40000 (MB/s)",
              "numaid": "0", "dev": "0", "rank": "0", "sm": "90", "gdr": "1", "port": "1",
              "latency": "0.0", "maxconn": "131072", "familyid": "6", "modelid": "143"}
+
+
+def _parse_int(text: str) -> int:
+    """An XML integer: decimal or 0x-hex (leading zeros read as decimal, as dumps write them)."""
+    text = text.strip()
+    try:
+        return int(text, 0)
+    except ValueError:
+        return int(text, 10)
 
 
 def busid_to_int(busid: str) -> int:
@@ -492,19 +499,16 @@ class _Builder:
             self.connect(nic, net, "NET", bw)
             self.connect(net, nic, "NET", bw)
 
-    # -- second passes
-    def add_nvlinks(self, node: XmlNode, busid: str | None, sid: int, gpu_for: dict) -> None:
-        rd = self.read
+    # -- second passes (NVLinks, C2C, PCI links), each over every element with its bus id and host
+    def walk(self, node: XmlNode, busid: str | None = None, sid: int = 0):
+        """Yield (element, enclosing <pci> bus id, systemId) for every element below `node`."""
         if node.tag == "cpu":
-            sid = self.host_hashes.index(int(node.get("host_hash"), 16) if node.get("host_hash") else 0)
+            sid = self.system_id(node)
         if node.tag == "pci" and node.get("busid"):
             busid = node.get("busid").lower()
-        if node.tag == "nvlink":
-            self._add_nvlink(node, busid, sid, gpu_for)
-            return
+        yield node, busid, sid
         for child in node.children:
-            if node.tag == "gpu" or child.tag in ("cpu", "pci", "gpu", "nvlink") or node.tag == "system":
-                self.add_nvlinks(child, busid, sid, gpu_for)
+            yield from self.walk(child, busid, sid)
 
     def _add_nvlink(self, xml_link: XmlNode, busid: str, sid: int, gpu_for: dict) -> None:
         rd = self.read
@@ -560,47 +564,31 @@ class _Builder:
                     frontier.append(dst)
         return None
 
-    def add_c2c(self, node: XmlNode, busid: str | None, sid: int, gpu_for: dict) -> None:
-        if node.tag == "cpu":
-            sid = self.host_hashes.index(int(node.get("host_hash"), 16) if node.get("host_hash") else 0)
-        if node.tag == "pci" and node.get("busid"):
-            busid = node.get("busid").lower()
-        if node.tag == "c2c":
-            rd = self.read
-            gpu = gpu_for.get((sid, busid))
-            if gpu is None:
-                return
-            count = rd.int(node, "count", required=True)
-            bw_mbps = rd.int(node, "bw", required=True)
-            device = self._device_node(gpu)
-            cpu = self._local_cpu(device)
-            if cpu is None:
-                return
-            bw = bw_mbps * count / 1000.0
-            kind = self.rules.c2c_link_kind
-            self.connect(device, cpu, kind, bw)
-            self.connect(cpu, device, kind, bw)
+    def _add_c2c(self, node: XmlNode, busid: str, sid: int, gpu_for: dict) -> None:
+        rd = self.read
+        gpu = gpu_for.get((sid, busid))
+        if gpu is None:
             return
-        for child in node.children:
-            self.add_c2c(child, busid, sid, gpu_for)
+        count = rd.int(node, "count", required=True)
+        bw_mbps = rd.int(node, "bw", required=True)
+        device = self._device_node(gpu)
+        cpu = self._local_cpu(device)
+        if cpu is None:
+            return
+        bw = bw_mbps * count / 1000.0
+        kind = self.rules.c2c_link_kind
+        self.connect(device, cpu, kind, bw)
+        self.connect(cpu, device, kind, bw)
 
-    def add_pcilinks(self, node: XmlNode, busid: str | None, sid: int) -> None:
-        if node.tag == "cpu":
-            sid = self.host_hashes.index(int(node.get("host_hash"), 16) if node.get("host_hash") else 0)
-        if node.tag == "pci" and node.get("busid"):
-            busid = node.get("busid").lower()
-        if node.tag == "pcilink":
-            rd = self.read
-            target = rd.busid(node, "target")
-            here = self.get("PCI", (sid << 56) + busid_to_int(busid))
-            if here is None:
-                raise rd.fail(node, f"<pcilink> sits in {busid}, which is not a PCI switch", "a <pcilink> inside a switch <pci>")
-            remote = self.get("PCI", (sid << 56) + busid_to_int(target))
-            if remote is not None:
-                self.connect(here, remote, "LOC", LOC_BW)
-            return
-        for child in node.children:
-            self.add_pcilinks(child, busid, sid)
+    def _add_pcilink(self, node: XmlNode, busid: str, sid: int) -> None:
+        rd = self.read
+        target = rd.busid(node, "target")
+        here = self.get("PCI", (sid << 56) + busid_to_int(busid)) if busid else None
+        if here is None:
+            raise rd.fail(node, f"<pcilink> sits in {busid}, which is not a PCI switch", "a <pcilink> inside a switch <pci>")
+        remote = self.get("PCI", (sid << 56) + busid_to_int(target))
+        if remote is not None:
+            self.connect(here, remote, "LOC", LOC_BW)
 
     # -- Broadcom switch flattening (ncclTopoFlattenBcmSwitches)
     @staticmethod
@@ -709,9 +697,14 @@ def build_system(doc: TopoXml, rules: TopoRules, notes: tuple[str, ...] = ()) ->
     for index in b.kinds["GPU"]:
         node = b.nodes[index]
         gpu_for[(node.id >> 56, node.gpu.busid)] = index
-    b.add_nvlinks(root, None, 0, gpu_for)
-    b.add_c2c(root, None, 0, gpu_for)
-    b.add_pcilinks(root, None, 0)
+    # NCCL's order: all NVLinks, then C2C links, then PCI switch peer links.
+    for tag, add in (("nvlink", b._add_nvlink), ("c2c", b._add_c2c)):
+        for node, busid, sid in b.walk(root):
+            if node.tag == tag:
+                add(node, busid, sid, gpu_for)
+    for node, busid, sid in b.walk(root):
+        if node.tag == "pcilink":
+            b._add_pcilink(node, busid, sid)
     b.flatten_bcm()
     b.connect_cpus()
     b.sort()
