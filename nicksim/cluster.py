@@ -65,8 +65,10 @@ class Cluster:
         return self.spec.nodes * self.gpus_per_node
 
 
-def _nic_key(node: int, dev: int) -> tuple:
-    return ("nic", node, dev)
+def _nic_key(node: int, port: int) -> tuple:
+    """A NIC port of a node: `port` is the NET's position in System.nets() (dev repeats across the
+    hosts of one NVLink domain, the position does not)."""
+    return ("nic", node, port)
 
 
 def build_cluster(system: System, paths: Paths, spec: ClusterSpec) -> Cluster:
@@ -77,8 +79,9 @@ def build_cluster(system: System, paths: Paths, spec: ClusterSpec) -> Cluster:
     switch_lat = spec.switch_lat_us if spec.switch_lat_us is not None else (
         spec.fabric.switch_lat_us if spec.fabric else 0.13)
     for node in range(spec.nodes):
-        for net in nets:
-            graph.add_node(_nic_key(node, net.dev), kind="nic", node=node, dev=net.dev, bw_gbps=net.bw_gbps)
+        for port, net in enumerate(nets):
+            graph.add_node(_nic_key(node, port), kind="nic", node=node, dev=net.dev, name=net.name,
+                           bw_gbps=net.bw_gbps)
     leaves = spines = 0
     if spec.nodes > 1 and nets:
         leaves, spines = _wire_switches(graph, spec, nets, switch_lat)
@@ -96,7 +99,7 @@ def _wire_switches(graph: nx.Graph, spec: ClusterSpec, nets, switch_lat: float) 
                 graph.add_node(leaf, kind="leaf", lat_us=switch_lat)
                 leaf_ids.append(leaf)
             for node in range(spec.nodes):
-                graph.add_edge(_nic_key(node, net.dev), ("leaf", rail, node // per_leaf),
+                graph.add_edge(_nic_key(node, rail), ("leaf", rail, node // per_leaf),
                                bw_gbps=net.bw_gbps, lat_us=spec.cable_lat_us)
     else:
         ports = per_leaf * len(nets)
@@ -107,7 +110,7 @@ def _wire_switches(graph: nx.Graph, spec: ClusterSpec, nets, switch_lat: float) 
             leaf_ids.append(leaf)
         for node in range(spec.nodes):
             for k, net in enumerate(nets):
-                graph.add_edge(_nic_key(node, net.dev), ("leaf", -1, (node * len(nets) + k) // ports),
+                graph.add_edge(_nic_key(node, k), ("leaf", -1, (node * len(nets) + k) // ports),
                                bw_gbps=net.bw_gbps, lat_us=spec.cable_lat_us)
     if len(leaf_ids) == 1:
         return 1, 0
@@ -137,7 +140,9 @@ class Route:
 
 
 def fabric_route(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) -> Route | None:
-    """Shortest route from NIC (node, dev) to NIC (node, dev); None if they are not connected."""
+    """Shortest route from NIC port (node, port) to (node, port); None if they are not connected.
+
+    A port is the NET's position in the node's System.nets(), which is also its rail."""
     g = cluster.graph
     a, b = _nic_key(*src), _nic_key(*dst)
     if a not in g or b not in g:
@@ -175,7 +180,8 @@ def format_cluster(cluster: Cluster) -> list[str]:
             lines.append(f"GPU{rank}: no NIC reachable")
             continue
         dev = system.nodes[net].net.dev
-        route = fabric_route(cluster, (0, dev), (1, dev))
+        port = system.nets().index(net)
+        route = fabric_route(cluster, (0, port), (1, port))
         inside = cluster.paths.path(g, net)
         if route is None:
             lines.append(f"GPU{rank} -> node 1: NET{dev} has no route")

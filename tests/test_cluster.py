@@ -55,3 +55,11 @@ def test_bad_specs(spec):
     system, paths = build("dgx-h100")
     with pytest.raises(UsageError):
         build_cluster(system, paths, spec)
+
+
+def test_nvl72_ports_are_distinct_although_net_devs_repeat_per_tray():
+    system, paths = build("gb200-nvl72", inter=True)
+    c = build_cluster(system, paths, ClusterSpec(nodes=2, fabric=fabric("ib")))
+    nics = [n for n, data in c.graph.nodes(data=True) if data["kind"] == "nic"]
+    assert len(nics) == 2 * 72 and c.leaves == 72
+    assert fabric_route(c, (0, 71), (1, 71)).switches == 1
