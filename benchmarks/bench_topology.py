@@ -57,8 +57,8 @@ def main() -> None:
     print(f"# {'nodes':>6} {'GPUs':>6} {'graph n/e':>13} {'nicksim s':>10} {'peer s':>9} {'ratio':>7}")
     rows = []
     for nodes in args.nodes:
-        elapsed, n, e = best(lambda: nicksim_once(nodes), args.repeat)
-        peer = best(lambda: peer_once(n, e), args.repeat)
+        elapsed, n, e = best(lambda nodes=nodes: nicksim_once(nodes), args.repeat)
+        peer = best(lambda n=n, e=e: peer_once(n, e), args.repeat)
         rows.append((nodes, elapsed))
         ratio = elapsed / peer if peer > 0 else float("inf")
         print(f"  {nodes:>6} {nodes * 8:>6} {f'{n}/{e}':>13} {elapsed:>10.4f} {peer:>9.4f} {ratio:>7.1f}")

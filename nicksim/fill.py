@@ -304,24 +304,27 @@ class _Filler:
         self.notes.append(f"added {model.marketing} NVLinks ({model.nvlinks} per GPU, {model.nvlink_wiring})")
 
     def number_gpus(self) -> None:
-        """Give placed GPUs (dev=-1) dev and rank numbers in bus order, after the file's own."""
+        """Give completed GPUs (dev=-1) the next free dev (per host) and rank, in bus order."""
         gpus = _gpu_elements(self.root)
         if not any(g.get("dev") == "-1" for _, g in gpus):
             return
-        taken_ranks = {int(g.get("rank")) for _, g in gpus if _int_or(g.get("rank"), -1) >= 0}
-        renumber = {}
         host_of = _host_index_of_pci(self.root)
-        by_host: dict[int, list[XmlNode]] = {}
-        for pci, gpu in gpus:
-            by_host.setdefault(host_of.get(id(pci), 0), []).append(pci)
-        rank = 0
-        for host in sorted(by_host):
-            pcis = sorted(by_host[host], key=lambda p: parse_busid(p.get("busid") or "") or (0, 0, 0, 0))
-            for dev, pci in enumerate(pcis):
-                while rank in taken_ranks:
-                    rank += 1
-                renumber[id(pci)] = (dev, rank)
-                taken_ranks.add(rank)
+        taken_ranks = {_int_or(g.get("rank"), -1) for _, g in gpus}
+        taken_devs = {(host_of.get(id(p), 0), _int_or(g.get("dev"), -1)) for p, g in gpus}
+        fresh = [p for p, g in gpus if g.get("dev") == "-1"]
+        fresh.sort(key=lambda p: (host_of.get(id(p), 0), parse_busid(p.get("busid") or "") or (0, 0, 0, 0)))
+        renumber: dict[int, tuple[int, int]] = {}
+        rank = dev = 0
+        for pci in fresh:
+            host = host_of.get(id(pci), 0)
+            while rank in taken_ranks:
+                rank += 1
+            dev = 0
+            while (host, dev) in taken_devs:
+                dev += 1
+            renumber[id(pci)] = (dev, rank)
+            taken_ranks.add(rank)
+            taken_devs.add((host, dev))
 
         def fn(node, original):
             dev, rank = renumber[id(original)]

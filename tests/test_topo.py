@@ -157,6 +157,13 @@ def test_c01_p5_file_completed_with_h100_matches_the_log():
         assert gpu.local_id == busids[gpu.gpu.dev]
         near = {_nic_busid(system, n) for n in _closest_nets(paths, rank)}
         assert near == groups[gpu.gpu.dev]
+    # "NVLS multicast support is available": the GPUs hang off NVSwitches; and the communicator shape.
+    assert "NVLS multicast support is available on dev 0" in log and len(system.of_kind("NVS")) == 1
+    shape = re.search(r"\[0\] NCCL INFO comm \S+ rank 0 nRanks (\d+) nNodes (\d+) localRanks (\d+)", log)
+    from nicksim.cluster import ClusterSpec, build_cluster
+    from nicksim.hardware import fabric
+    cluster = build_cluster(system, paths, ClusterSpec(nodes=int(shape.group(2)), fabric=fabric("efa")))
+    assert (cluster.nranks, cluster.gpus_per_node) == (int(shape.group(1)), int(shape.group(3)))
 
 
 def _closest_nets(paths, rank):
