@@ -44,6 +44,7 @@ class Path:
     type: str
     bw_gbps: float
     nodes: tuple[int, ...]  # node indices after the source, ending with the destination
+    links: tuple[tuple[int, int], ...] = ()  # (node, position in its links) of every hop, in order
 
     @property
     def hops(self) -> int:
@@ -105,13 +106,24 @@ class Paths:
 
 
 class _P:
-    __slots__ = ("type", "bw", "nodes")
+    __slots__ = ("type", "bw", "nodes", "links")
 
-    def __init__(self, type_: int, bw: float, nodes: tuple[int, ...]):
-        self.type, self.bw, self.nodes = type_, bw, nodes
+    def __init__(self, type_: int, bw: float, nodes: tuple[int, ...], links: tuple[tuple[int, int], ...] = ()):
+        self.type, self.bw, self.nodes, self.links = type_, bw, nodes, links
 
 
 _LINK_TO_PATH = {"LOC": "LOC", "NVL": "NVL", "C2C": "C2C", "PCI": "PIX", "SYS": "SYS", "NET": "LOC"}
+
+
+def _reverse_links(system: System) -> list[dict[tuple[int, str], int]]:
+    """Per node: (neighbour, link kind) -> position of the link to it (NCCL's "reverse link")."""
+    table = []
+    for node in system.nodes:
+        positions: dict[tuple[int, str], int] = {}
+        for pos, link in enumerate(node.links):
+            positions.setdefault((link.dst, link.kind), pos)
+        table.append(positions)
+    return table
 
 
 def _bfs(system: System, base: int, rules: TopoRules, nvb_disable: bool) -> list[_P | None]:
@@ -132,6 +144,7 @@ def _bfs(system: System, base: int, rules: TopoRules, nvb_disable: bool) -> list
 
     paths: list[_P | None] = [None] * len(nodes)
     paths[base] = _P(LOC, LOC_BW, ())
+    reverse = _reverse_links(system)
     current = [base]
     while current:
         upcoming: list[int] = []
@@ -168,7 +181,8 @@ def _bfs(system: System, base: int, rules: TopoRules, nvb_disable: bool) -> list
                     r_bw = r.bw if r else 0.0
                     better = (r is None or r_bw == 0 or len(r.nodes) > count) and r_bw < bw
                 if better:
-                    paths[rem] = _P(new_type, bw, (node,) + p.nodes)
+                    back = (rem, reverse[rem][(node, link.kind)])
+                    paths[rem] = _P(new_type, bw, (node,) + p.nodes, (back,) + p.links)
                     if rem not in upcoming:
                         upcoming.append(rem)
         current = upcoming
@@ -327,7 +341,7 @@ class _Compute:
         if a.type == dis or b.type == dis:
             return
         t = self.code("PXN") if pxn else self.merge(a.type, b.type)
-        self.set_p(src, dst, _P(t, min(a.bw, b.bw), a.nodes + b.nodes))
+        self.set_p(src, dst, _P(t, min(a.bw, b.bw), a.nodes + b.nodes, a.links + b.links))
 
     def local_cpu(self, gpu: int) -> int | None:
         cpus = self.s.of_kind("CPU")
@@ -461,7 +475,7 @@ class _Compute:
                 can_shm = not shm_disable and same_host and not self.check_net(p, g)
                 if not can_p2p and not can_shm:
                     old = self.p(p, g)
-                    self.set_p(p, g, _P(self.code("NET"), old.bw, old.nodes))
+                    self.set_p(p, g, _P(self.code("NET"), old.bw, old.nodes, old.links))
         return decisions
 
     def p2c_fixup(self) -> None:
@@ -477,8 +491,8 @@ class _Compute:
                 n = nets[k]
                 if self.merge(self.p(g, c).type, self.p(n, c).type) == p2c:
                     gp, np_ = self.p(g, n), self.p(n, g)
-                    self.set_p(g, n, _P(min(p2c, gp.type), gp.bw, gp.nodes))
-                    self.set_p(n, g, _P(min(p2c, np_.type), np_.bw, np_.nodes))
+                    self.set_p(g, n, _P(min(p2c, gp.type), gp.bw, gp.nodes, gp.links))
+                    self.set_p(n, g, _P(min(p2c, np_.type), np_.bw, np_.nodes, np_.links))
 
     def pxn_c2c(self) -> bool:
         value = self.params.get("NCCL_PXN_C2C")
@@ -580,7 +594,7 @@ class _Compute:
         names = self.rules.path_names
         to = {}
         for dst, row in self.to.items():
-            to[dst] = tuple(Path(names[p.type], p.bw, p.nodes) if p is not None else None for p in row)
+            to[dst] = tuple(Path(names[p.type], p.bw, p.nodes, p.links) if p is not None else None for p in row)
         max_bw, total_bw = self.search_bw()
         send, recv = self.gdr_tables()
         transports = self.transports(decisions)
@@ -671,7 +685,7 @@ class _TypedRow:
 
     def __getitem__(self, i):
         p = self.row[i]
-        return None if p is None else _P(self.code(p.type), p.bw_gbps, p.nodes)
+        return None if p is None else _P(self.code(p.type), p.bw_gbps, p.nodes, p.links)
 
 
 def _table(paths: Paths) -> dict:

@@ -262,6 +262,7 @@ class _Builder:
         self.host_hashes: list[int] = []
         self.notes: list[str] = []
         self.located_notes: dict[str, list[int]] = {}
+        self.one_way: list[tuple[int, int, str, XmlNode]] = []  # links the file declares from one side
         self.busids_seen: dict[tuple[int, str], int] = {}
 
     def note(self, node: XmlNode, message: str) -> None:
@@ -533,6 +534,7 @@ class _Builder:
                 self.note(xml_link, "an NVLink targets its own GPU; NCCL keeps it as a self link "
                                     "(it only raises totalBw)")
             self.connect(device, self._device_node(remote_gpu), "NVL", bw)
+            self.one_way.append((device, self._device_node(remote_gpu), "NVL", xml_link))
             return
         if tclass.startswith("0x068001"):
             remote = self._local_cpu(device)
@@ -589,6 +591,7 @@ class _Builder:
         remote = self.get("PCI", (sid << 56) + busid_to_int(target))
         if remote is not None:
             self.connect(here, remote, "LOC", LOC_BW)
+            self.one_way.append((here, remote, "LOC", node))
 
     # -- Broadcom switch flattening (ncclTopoFlattenBcmSwitches)
     @staticmethod
@@ -668,6 +671,17 @@ class _Builder:
         for cpu in list(self.kinds["CPU"]):
             rec(cpu, None, set())
 
+    def check_reverse_links(self) -> None:
+        """Every link needs one back of the same kind: NCCL's path search stops with "Failed to find
+        reverse path" otherwise (paths.cc ncclTopoSetPaths), so the file is refused here."""
+        for a, b, kind, xml_node in self.one_way:
+            if not any(l[2] == a and l[0] == kind for l in self.nodes[b].links):
+                what = "NVLink" if kind == "NVL" else "<pcilink>"
+                raise self.read.fail(
+                    xml_node, f"{what} to {xml_node.get('target')} has no {what} back from it "
+                              "(NCCL stops with 'Failed to find reverse path')",
+                    f"the same {what} listed under both ends")
+
     def freeze(self, notes: tuple[str, ...]) -> System:
         alive = [i for i, n in enumerate(self.nodes) if n.alive]
         remap = {old: new for new, old in enumerate(alive)}
@@ -705,6 +719,7 @@ def build_system(doc: TopoXml, rules: TopoRules, notes: tuple[str, ...] = ()) ->
     for node, busid, sid in b.walk(root):
         if node.tag == "pcilink":
             b._add_pcilink(node, busid, sid)
+    b.check_reverse_links()
     b.flatten_bcm()
     b.connect_cpus()
     b.sort()

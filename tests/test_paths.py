@@ -180,12 +180,15 @@ def topologies(draw):
 
 
 def _check_path_against_links(system, src, path):
+    # Each hop names the link it crosses; the hops chain from the source to the destination.
+    assert len(path.links) == len(path.nodes)
     prev = src
-    for node in path.nodes:
-        links = [l for l in system.nodes[prev].links if l.dst == node]
-        assert links, f"no link {prev}->{node}"
-        assert path.bw_gbps <= max(l.bw_gbps for l in links) + 1e-9
-        prev = node
+    for (node, pos), nxt in zip(path.links, path.nodes, strict=True):
+        assert node == prev
+        link = system.nodes[node].links[pos]
+        assert link.dst == nxt
+        assert path.bw_gbps <= link.bw_gbps + 1e-9
+        prev = nxt
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

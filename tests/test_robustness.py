@@ -15,6 +15,11 @@ from nicksim.topo import build_system
 from nicksim.xml import TopoXml, XmlNode, dump_topo_xml, parse_topo_xml, read_topo_xml
 
 _BASES = [read_topo_xml(topology_dir() / name) for name in ("dgx-h100.xml", "pcie-8x-l40s.xml", "dgx-a100.xml")]
+# A DGX-1 style cube-mesh (GPU-to-GPU NVLinks), completed from a bare file, exercises NVLink targets.
+_BASES.append(fill_topology(parse_topo_xml(
+    '<system version="1"><cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="85">'
+    + "".join(f'<pci busid="0000:{b:02x}:00.0" class="0x030200" link_speed="8.0 GT/s PCIe" link_width="16"/>'
+              for b in range(1, 9)) + "</cpu></system>", "cube.xml"), FillOptions(gpu=GPU_MODELS["v100"])).doc)
 _VALUES = st.sampled_from(["", "fast", "-1", "0", "0x", "1e9", "99999999999999999999", "0000:zz:00.0",
                            "0000:18:00.0", "x86_64", "arm64", "16.0 GT/s PCIe", "0x068000", "0x030200", "nan"])
 

@@ -130,6 +130,10 @@ def test_broadcom_gen4_switches_are_flattened():
     ('<cpu numaid="0"><pci busid="nope"/></cpu>', "not a PCI bus id", 2),
     ('<cpu numaid="0"><pci busid="0000:01:00.0" class="0x030200" link_width="x16"/></cpu>', "link_width", 2),
     ('<cpu numaid="0" arch="sparc"/>', 'arch="sparc" is unknown', 2),
+    ('<cpu numaid="0"><pci busid="0000:01:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16">'
+     '<gpu dev="0" sm="80" rank="0" gdr="1"><nvlink target="0000:02:00.0" count="4" tclass="0x030200"/></gpu></pci>'
+     '<pci busid="0000:02:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16">'
+     '<gpu dev="1" sm="80" rank="1" gdr="1"/></pci></cpu>', "has no NVLink back", 2),
 ])
 def test_bad_values_name_file_line_and_what_is_valid(body, fragment, line):
     doc = parse_topo_xml(f'<system version="1">\n{body}\n</system>', "bad.xml")
