@@ -30,7 +30,7 @@ def nicksim_once(nodes: int) -> tuple[float, int, int]:
     start = time.perf_counter()
     filled, _ = load_node("dgx-h100", FillOptions())
     system = build_system(filled.doc, topo_rules(DEFAULT_VERSION))
-    paths = compute_paths(system, read_params({}), inter=nodes > 1)
+    paths = compute_paths(system, read_params({}), nranks=nodes * len(system.gpus()))
     cluster = build_cluster(system, paths, ClusterSpec(nodes=nodes, fabric=fabric("ib")))
     return time.perf_counter() - start, cluster.graph.number_of_nodes(), cluster.graph.number_of_edges()
 

@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_system_options(topo)
     topo.add_argument("--dump-xml", metavar="FILE", help="write the completed topology XML (as NCCL_TOPO_DUMP_FILE)")
     topo.add_argument("--paths", action="store_true", help="print path types, bandwidths and transports")
+    topo.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
+                      help="print the system as this rank sees it (NCCL trims it to the rank's domain; default 0)")
     topo.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     topo.set_defaults(run=_run_topo)
     return parser
@@ -129,8 +131,12 @@ def _run_topo(args, params: Params) -> int:
     if fab is None:
         fab = fabric(entry.fabric) if entry else FABRICS["ib"]
     system = build_system(filled.doc, rules, notes=filled.notes)
-    inter = args.nodes > 1
-    paths = compute_paths(system, params, inter=inter, net_plugin=fab.net_plugin)
+    nranks = args.nodes * len(system.gpus())
+    ranks = sorted(system.nodes[g].gpu.rank for g in system.gpus())
+    if ranks and args.rank not in ranks:
+        raise UsageError(f"rank {args.rank} has no GPU in this node", "--rank", f"one of {ranks[0]}..{ranks[-1]}")
+    paths = compute_paths(system, params, nranks=nranks, rank=args.rank if ranks else None,
+                          net_plugin=fab.net_plugin)
     cluster = build_cluster(system, paths, ClusterSpec(
         nodes=args.nodes, fabric=fab, rail_optimized=args.rail, hosts_per_leaf=args.hosts_per_leaf,
         oversubscription=args.oversubscription, switch_lat_us=args.switch_lat_us))
@@ -139,7 +145,8 @@ def _run_topo(args, params: Params) -> int:
     dump = args.dump_xml or params.get("NCCL_TOPO_DUMP_FILE")
     if dump:
         write_topo_xml(filled.doc, dump)
-    print("\n".join(format_system(system, paths.max_bw, paths.total_bw)))
+    # NCCL prints the system as the rank sees it, after trimming it to the rank's domain.
+    print("\n".join(format_system(paths.system, paths.max_bw, paths.total_bw)))
     if args.nodes > 1:
         print("\n".join(format_cluster(cluster)))
     if args.paths:

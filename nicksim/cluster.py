@@ -47,7 +47,7 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class Cluster:
-    """N identical nodes (one System and its Paths) and the frozen fabric graph between them."""
+    """N identical nodes (one System, and the Paths of one rank's view of it) and the fabric graph."""
 
     spec: ClusterSpec
     node: System
@@ -173,6 +173,8 @@ def format_cluster(cluster: Cluster) -> list[str]:
              f"{cluster.leaves} leaf + {cluster.spines} spine switches, oversubscription {spec.oversubscription:g}:1 ==="]
     if spec.nodes < 2:
         return lines
+    # Paths are NCCL's view of one rank (its P2P/SHM domain); indices below are in that view.
+    system = cluster.paths.system
     for g in sorted(system.gpus(), key=lambda i: system.nodes[i].gpu.rank):
         rank = system.nodes[g].gpu.rank
         net = local_net(cluster.paths, rank, 0)

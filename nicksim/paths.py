@@ -75,7 +75,10 @@ class Gdr:
 class Paths:
     """Every path towards every endpoint node, plus transports, GDR and the search bandwidths."""
 
-    system: System
+    system: System                               # the rank's view, after ncclTopoTrimSystem
+    node_system: System                          # the whole node (or NVLink domain) before trimming
+    rank: int
+    nranks: int
     to: Mapping[int, tuple[Path | None, ...]]   # destination index -> path per source node
     transports: Mapping[tuple[int, int], Transport]
     gdr_send: Mapping[tuple[int, int], Gdr]     # (rank, NET node index) -> GDR for sends (read)
@@ -248,11 +251,11 @@ def _local_gpu_of_net(to: dict, system: System, net: int) -> int | None:
 
 
 class _Compute:
-    def __init__(self, system: System, params: Params, inter: bool, net_plugin: str):
+    def __init__(self, system: System, params: Params, net_plugin: str):
         self.s = system
         self.rules = system.rules
         self.params = params
-        self.inter = inter
+        self.inter = False
         self.net_plugin = net_plugin
         self.notes: list[str] = []
         self.code = self.rules.path_code
@@ -590,16 +593,37 @@ class _Compute:
             total_bw = max(total_bw, nvl, pci)
         return max_bw, total_bw
 
-    def freeze(self, decisions, pxn_enabled) -> Paths:
+    def run(self) -> tuple[dict, bool]:
+        """ncclTopoComputePaths' passes, in NCCL's order."""
+        decisions = self.divert_non_p2p()
+        self.p2c_fixup()
+        return decisions, self.pxn_and_gdr()
+
+    def domains_to_trim(self, rank: int) -> set[int]:
+        """ncclTopoTrimSystem: GPUs outside `rank`'s P2P/SHM domain (paths worse than NET cut it)."""
+        gpus = self.s.gpus()
+        domain = {}
+        mine = 0
+        net = self.code("NET")
+        for k, g in enumerate(gpus):
+            domain[k] = k
+            for q in range(k):
+                if self.p(g, gpus[q]).type < net:
+                    domain[k] = min(domain[k], domain[q])
+            if self.s.nodes[g].gpu.rank == rank:
+                mine = domain[k]
+        return {g for k, g in enumerate(gpus) if domain[k] != mine}
+
+    def freeze(self, decisions, pxn_enabled, transports, node_system: System, rank: int, nranks: int) -> Paths:
         names = self.rules.path_names
         to = {}
         for dst, row in self.to.items():
             to[dst] = tuple(Path(names[p.type], p.bw, p.nodes, p.links) if p is not None else None for p in row)
         max_bw, total_bw = self.search_bw()
         send, recv = self.gdr_tables()
-        transports = self.transports(decisions)
         return Paths(
-            system=self.s, to=MappingProxyType(to), transports=MappingProxyType(transports),
+            system=self.s, node_system=node_system, rank=rank, nranks=nranks,
+            to=MappingProxyType(to), transports=MappingProxyType(transports),
             gdr_send=MappingProxyType(send), gdr_recv=MappingProxyType(recv),
             p2p_level=self.p2p_level, gdr_level=self.gdr_level, pxn_enabled=pxn_enabled, pxn_c2c=self.pxn_c2c(),
             p2p_pxn_level=int(self.params.get("NCCL_P2P_PXN_LEVEL")),
@@ -608,20 +632,39 @@ class _Compute:
         )
 
 
-def compute_paths(system: System, params: Params, *, inter: bool = False, net_plugin: str = "IB") -> Paths:
-    """NCCL's paths and transport decisions for `system` (one node, or one NVLink domain).
+def compute_paths(system: System, params: Params, *, nranks: int | None = None, rank: int | None = None,
+                  net_plugin: str = "IB") -> Paths:
+    """NCCL's paths and transport decisions for `system` as rank `rank` of `nranks` sees them.
 
-    `inter` says whether the communicator spans several nodes (NCCL's system->inter), which
-    changes what maxBw measures; `net_plugin` is the name NCCL prints for the network
-    ("IB", "Socket", "AWS Libfabric"). NCCL_IB_DISABLE turns IB into sockets.
+    Follows NCCL's init: compute paths, trim the system to the rank's P2P/SHM domain
+    (ncclTopoTrimSystem — until 2.27 a one-node communicator also drops its NETs), compute the
+    paths again; `inter` (multi-node, which decides what maxBw measures) is "fewer GPUs than
+    ranks" from 2.28 and "NETs left" before. `nranks` defaults to the system's GPUs (one node);
+    `net_plugin` is the name NCCL prints for the network ("IB", "Socket", "AWS Libfabric");
+    NCCL_IB_DISABLE turns IB into sockets. Transports cover every GPU pair of the node.
     """
     if params.get("NCCL_IB_DISABLE") == 1 and net_plugin == "IB":
         net_plugin = "Socket"
-    c = _Compute(system, params, inter, net_plugin)
-    decisions = c.divert_non_p2p()
-    c.p2c_fixup()
-    pxn = c.pxn_and_gdr()
-    return c.freeze(decisions, pxn)
+    gpus = system.gpus()
+    nranks = nranks if nranks is not None else len(gpus)
+    if rank is None:
+        rank = min((system.nodes[g].gpu.rank for g in gpus), default=0)
+    first = _Compute(system, params, net_plugin)
+    decisions, pxn = first.run()
+    transports = first.transports(decisions)
+    removed = first.domains_to_trim(rank) if gpus else set()
+    view = system.without(removed) if removed else system
+    if system.rules.trim_removes_nets and len(view.gpus()) == nranks and view.nets():
+        view = view.without(set(view.nets()))
+    final = first
+    if view is not system:
+        final = _Compute(view, params, net_plugin)
+        decisions, pxn = final.run()
+    if system.rules.trim_removes_nets:
+        final.inter = bool(view.nets())
+    else:
+        final.inter = len(view.gpus()) != nranks
+    return final.freeze(decisions, pxn, transports, system, rank, nranks)
 
 
 def local_nets(paths: Paths, rank: int) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ in the XML and ignored, as NCCL does.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -148,6 +148,19 @@ class System:
             if self.nodes[index].gpu.rank == rank:
                 return index
         raise KeyError(rank)
+
+    def without(self, removed: set[int]) -> "System":
+        """The system with some nodes and every link to them taken out (ncclTopoRemoveNode), order kept."""
+        keep = [i for i in range(len(self.nodes)) if i not in removed]
+        remap = {old: new for new, old in enumerate(keep)}
+        nodes = []
+        for old in keep:
+            node = self.nodes[old]
+            links = tuple(Link(l.kind, l.bw_gbps, remap[l.dst]) for l in node.links if l.dst in remap)
+            nodes.append(replace(node, links=links))
+        kinds = MappingProxyType({k: tuple(remap[i] for i in v if i in remap)
+                                  for k, v in self.kinds.items() if any(i in remap for i in v)})
+        return replace(self, nodes=tuple(nodes), kinds=kinds)
 
     def device_of(self, gpu_index: int) -> int:
         """The DEV node under a GPU (2.30), or the GPU itself."""
@@ -482,11 +495,7 @@ class _Builder:
             if speed <= 0:
                 speed = 10000  # topo.cc: some NICs report speed -1
             bw = speed / 8000.0
-            guid = xml_net.get("guid")
-            try:
-                asic = int(guid, 16) if guid else (sid << 56) + dev
-            except ValueError:
-                raise rd.fail(xml_net, f"<net> guid=\"{guid}\" is not hexadecimal", 'guid="0x1e95b50003fd7010"') from None
+            asic = self._net_asic(xml_net, sid, dev)
             info = NetInfo(dev=dev, name=xml_net.get("name") or f"net{dev}", bw_gbps=bw,
                            latency_us=rd.float(xml_net, "latency", 0.0), port=rd.int(xml_net, "port", default=0),
                            gdr=bool(rd.int(xml_net, "gdr", default=0)), maxconn=rd.int(xml_net, "maxconn", default=64),
@@ -499,6 +508,26 @@ class _Builder:
             self.nodes[net].net = info
             self.connect(nic, net, "NET", bw)
             self.connect(net, nic, "NET", bw)
+
+    def _net_asic(self, xml_net: XmlNode, sid: int, dev: int) -> int:
+        """The NIC ASIC id: strtoull(guid, 16) from 2.28 (else the NET id); before, sscanf("0x%lx"),
+        which leaves 0 for a guid without "0x" (else the dev)."""
+        guid = xml_net.get("guid")
+        if guid is None:
+            return (sid << 56) + dev if self.rules.guid_strtoull else dev
+        text = guid.strip()
+        if not self.rules.guid_strtoull:
+            if not text.lower().startswith("0x"):
+                return 0
+            text = text[2:]
+        digits = ""
+        for ch in text.lower().removeprefix("0x"):
+            if ch not in "0123456789abcdef":
+                break
+            digits += ch
+        if not digits:
+            raise self.read.fail(xml_net, f"<net> guid=\"{guid}\" is not hexadecimal", 'guid="0x1e95b50003fd7010"')
+        return int(digits, 16) & 0xFFFFFFFFFFFFFFFF
 
     # -- second passes (NVLinks, C2C, PCI links), each over every element with its bus id and host
     def walk(self, node: XmlNode, busid: str | None = None, sid: int = 0):
@@ -603,6 +632,9 @@ class _Builder:
         return 0
 
     def flatten_bcm(self) -> None:
+        if not self.rules.bcm_gen5:
+            self._flatten_bcm_gen4_only()
+            return
         restart = True
         while restart:
             restart = False
@@ -610,23 +642,42 @@ class _Builder:
                 gen = self._bcm_gen(self.nodes[sw].pci_device, 0)
                 if not gen:
                     continue
-                links = self.nodes[sw].links
-                subs = [l[2] for l in links if self.nodes[l[2]].kind == "PCI"
+                subs = [l[2] for l in self.nodes[sw].links if self.nodes[l[2]].kind == "PCI"
                         and self._bcm_gen(self.nodes[l[2]].pci_device, 1) == gen]
-                self.nodes[sw].links = [l for l in links if l[2] not in subs]
-                for sub in subs:
-                    for kind, bw, dst in self.nodes[sub].links:
-                        if dst == sw:
-                            continue
-                        self.nodes[sw].links.append([kind, bw, dst])
-                        for back in self.nodes[dst].links:
-                            if back[2] == sub:
-                                back[2] = sw
-                                break
-                    self._remove(sub)
+                self._fuse(sw, subs)
                 self.nodes[sw].pci_device |= 0xFFFF
                 restart = True
                 break
+
+    def _flatten_bcm_gen4_only(self) -> None:
+        """2.18-2.19: only PEX Gen4 switches in base mode, sub-switches with the very same id."""
+        restart = True
+        while restart:
+            restart = False
+            for sw in [i for i in self.kinds["PCI"] if self.nodes[i].alive]:
+                device = self.nodes[sw].pci_device
+                if (device & 0xFFFFFFFFFFFFF000) != 0x1000C0101000A000:
+                    continue
+                subs = [l[2] for l in self.nodes[sw].links
+                        if self.nodes[l[2]].kind == "PCI" and self.nodes[l[2]].pci_device == device]
+                self._fuse(sw, subs)
+                self.nodes[sw].pci_device = 0x1000C01010000000
+                restart = True
+                break
+
+    def _fuse(self, sw: int, subs: list[int]) -> None:
+        """Move the sub-switches' links up to `sw` and remove the sub-switches."""
+        self.nodes[sw].links = [l for l in self.nodes[sw].links if l[2] not in subs]
+        for sub in subs:
+            for kind, bw, dst in self.nodes[sub].links:
+                if dst == sw:
+                    continue
+                self.nodes[sw].links.append([kind, bw, dst])
+                for back in self.nodes[dst].links:
+                    if back[2] == sub:
+                        back[2] = sw
+                        break
+            self._remove(sub)
 
     def _remove(self, index: int) -> None:
         node = self.nodes[index]
@@ -671,6 +722,23 @@ class _Builder:
         for cpu in list(self.kinds["CPU"]):
             rec(cpu, None, set())
 
+    def check_nccl_limits(self, root: XmlNode) -> None:
+        """NCCL reads a topology file into fixed tables (xml.h); say where this file goes past them.
+        A fused multi-host NVLink domain legitimately does: NCCL builds it in memory, not from one file."""
+        rules = self.rules
+        elements = sum(1 for _ in root.iter())
+        if elements > rules.xml_max_nodes:
+            self.note(root, f"{elements} XML elements: NCCL {rules.version.line} reads at most "
+                            f"{rules.xml_max_nodes} from one NCCL_TOPO_FILE (a fused multi-host domain is built "
+                            "in memory instead)")
+        for node in root.iter():
+            if len(node.children) > rules.xml_max_subs:
+                self.note(node, f"<{node.tag}> has {len(node.children)} children: NCCL {rules.version.line} "
+                                f"reads at most {rules.xml_max_subs} per element from a file")
+            if len(node.attrs) > rules.xml_max_attrs:
+                self.note(node, f"<{node.tag}> has {len(node.attrs)} attributes: NCCL reads at most "
+                                f"{rules.xml_max_attrs} per element")
+
     def check_reverse_links(self) -> None:
         """Every link needs one back of the same kind: NCCL's path search stops with "Failed to find
         reverse path" otherwise (paths.cc ncclTopoSetPaths), so the file is refused here."""
@@ -699,6 +767,7 @@ def build_system(doc: TopoXml, rules: TopoRules, notes: tuple[str, ...] = ()) ->
     """The System NCCL (at `rules.version`) builds from this topology document."""
     root = doc.root
     b = _Builder(rules, doc.source)
+    b.check_nccl_limits(root)
     version = root.get("version")
     if version is not None and version != "1":
         b.note(root, f"<system version=\"{version}\">; NCCL writes version 1")

@@ -26,14 +26,14 @@ def need_validation() -> Path:
     return VALIDATION
 
 
-def build(spec: str, version: str = "2.30", env: dict | None = None, inter: bool = False,
+def build(spec: str, version: str = "2.30", env: dict | None = None, nodes: int = 1,
           gpu: str | None = None, fab: str | None = None, **options):
     """(system, paths) for a catalog name or file, as `nicksim topo` builds them."""
     opts = FillOptions(gpu=gpu_model(gpu) if gpu else None, fabric=fabric(fab) if fab else None, **options)
     filled, entry = load_node(spec, opts)
     system = build_system(filled.doc, topo_rules(parse_version(version)), notes=filled.notes)
     plugin = (fabric(fab) if fab else fabric(entry.fabric) if entry else fabric("ib")).net_plugin
-    paths = compute_paths(system, read_params(env or {}), inter=inter, net_plugin=plugin)
+    paths = compute_paths(system, read_params(env or {}), nranks=nodes * len(system.gpus()), net_plugin=plugin)
     return system, paths
 
 

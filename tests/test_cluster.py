@@ -9,7 +9,7 @@ from nicksim.hardware import fabric
 
 
 def cluster(nodes, **kw):
-    system, paths = build("dgx-h100", inter=nodes > 1)
+    system, paths = build("dgx-h100", nodes=nodes)
     return build_cluster(system, paths, ClusterSpec(nodes=nodes, fabric=fabric("ib"), **kw))
 
 
@@ -58,7 +58,7 @@ def test_bad_specs(spec):
 
 
 def test_nvl72_ports_are_distinct_although_net_devs_repeat_per_tray():
-    system, paths = build("gb200-nvl72", inter=True)
+    system, paths = build("gb200-nvl72", nodes=2)
     c = build_cluster(system, paths, ClusterSpec(nodes=2, fabric=fabric("ib")))
     nics = [n for n, data in c.graph.nodes(data=True) if data["kind"] == "nic"]
     assert len(nics) == 2 * 72 and c.leaves == 72

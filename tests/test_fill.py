@@ -87,6 +87,6 @@ def test_trimming_gpus_drops_nvlinks_to_them():
 
 
 def test_tcp_fabric_turns_gdr_off():
-    system, paths = build("dgx-h100", fab="tcp", inter=True)
+    system, paths = build("dgx-h100", fab="tcp", nodes=2)
     assert paths.net_plugin == "Socket"
     assert not any(g.enabled for g in paths.gdr_send.values())

@@ -72,7 +72,7 @@ def _issue_1197_xml() -> str:
 def test_issue_1197_system_print_line_for_line():
     system = build_system(parse_topo_xml(_issue_1197_xml(), "issue-1197.xml"), topo_rules(parse_version("2.19.4")))
     # A multi-node job (the issue runs with NET): maxBw is the GPU->NIC path.
-    paths = compute_paths(system, read_params({}), inter=True)
+    paths = compute_paths(system, read_params({}), nranks=2 * len(system.gpus()))
     printed = [line.strip() for line in format_system(system, paths.max_bw, paths.total_bw)]
     expected = ISSUE_1197_PRINT.splitlines()
     assert printed[:len(expected)] == expected

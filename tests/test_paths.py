@@ -16,7 +16,7 @@ def net_by_dev(system, dev):
 
 
 def test_dgx_h100_paths_and_pxn():
-    system, paths = build("dgx-h100", inter=True)
+    system, paths = build("dgx-h100", nodes=2)
     g0, g1 = system.gpu_by_rank(0), system.gpu_by_rank(1)
     assert paths.path(g0, g1).type == "NVL" and paths.path(g0, g1).bw_gbps == pytest.approx(370.8)
     assert paths.path(g0, net_by_dev(system, 0)).type == "PIX"
@@ -24,14 +24,14 @@ def test_dgx_h100_paths_and_pxn():
     pxn = paths.path(g0, net_by_dev(system, 1))
     assert pxn.type == "PXN" and system.nodes[pxn.nodes[-4]].kind in ("GPU", "DEV")
     assert paths.gdr_send[(0, net_by_dev(system, 1))].proxy_rank == 1
-    _, no_pxn = build("dgx-h100", env={"NCCL_PXN_DISABLE": "1"}, inter=True)
+    _, no_pxn = build("dgx-h100", env={"NCCL_PXN_DISABLE": "1"}, nodes=2)
     assert no_pxn.path(g0, net_by_dev(system, 1)).type == "PHB"
     assert no_pxn.path(g0, net_by_dev(system, 4)).type == "SYS"
 
 
 def test_dev_nodes_of_2_30_do_not_change_decisions():
-    new_sys, new = build("dgx-h100", "2.30", inter=True)
-    old_sys, old = build("dgx-h100", "2.29", inter=True)
+    new_sys, new = build("dgx-h100", "2.30", nodes=2)
+    old_sys, old = build("dgx-h100", "2.29", nodes=2)
     for a in range(8):
         for b in range(8):
             pa, pb = new.gpu_path(a, b), old.gpu_path(a, b)
@@ -52,10 +52,14 @@ def test_p2p_level_and_disable():
         assert off.transports[(0, 1)].kind == "SHM"
         assert off.gpu_path(0, 1).type == "PHB"
         # Across sockets the CPU path (SYS, 22 GB/s) is slower than both GPUs' PIX path to a NIC (48):
-        # ncclTopoCheckNet sends that traffic over the network instead of SHM.
-        assert off.gpu_path(0, 4).type == "NET" and off.transports[(0, 4)].kind == "NET"
+        # ncclTopoCheckNet sends that traffic over the network instead of SHM, and ncclTopoTrimSystem
+        # leaves rank 0 a view of its own socket only, which makes the job "inter" (4 GPUs, 8 ranks).
+        assert off.transports[(0, 4)].kind == "NET"
+        assert sorted(off.system.nodes[g].gpu.rank for g in off.system.gpus()) == [0, 1, 2, 3]
+        assert off.inter and len(off.node_system.gpus()) == 8
     _, shm_off = build("dgx-h100", env={"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"})
-    assert shm_off.transports[(0, 1)].kind == "NET" and shm_off.gpu_path(0, 1).type == "NET"
+    assert shm_off.transports[(0, 1)].kind == "NET"
+    assert [shm_off.system.nodes[g].gpu.rank for g in shm_off.system.gpus()] == [0]  # every GPU its own domain
 
 
 def test_ampere_nvlink_uses_p2p_read():
@@ -82,22 +86,22 @@ def test_l40s_p2p_under_a_switch_but_not_across():
 
 
 def test_gdr_level_and_ib_disable():
-    system, paths = build("dgx-h100", inter=True)
+    system, paths = build("dgx-h100", nodes=2)
     assert all(g.enabled for (rank, n), g in paths.gdr_send.items()
                if paths.path(system.gpu_by_rank(rank), n).type == "PIX")
-    _, no_gdr = build("dgx-h100", env={"NCCL_NET_GDR_LEVEL": "LOC"}, inter=True)
+    _, no_gdr = build("dgx-h100", env={"NCCL_NET_GDR_LEVEL": "LOC"}, nodes=2)
     assert not any(g.enabled for g in no_gdr.gdr_send.values())
     assert no_gdr.path(system.gpu_by_rank(0), net_by_dev(system, 0)).type == "PHB"  # bounce through the CPU
-    _, sock = build("dgx-h100", env={"NCCL_IB_DISABLE": "1"}, inter=True)
+    _, sock = build("dgx-h100", env={"NCCL_IB_DISABLE": "1"}, nodes=2)
     assert sock.net_plugin == "Socket" and not any(g.enabled for g in sock.gdr_recv.values())
 
 
 def test_gb200_nic_over_c2c_is_p2c_with_gdr():
-    system, paths = build("gb200-nvl72", inter=True)
+    system, paths = build("gb200-nvl72", nodes=2)
     g0 = system.gpu_by_rank(0)
     n = local_net(paths, 0)
     assert paths.path(g0, n).type == "P2C" and paths.gdr_send[(0, n)].enabled
-    old_sys, old = build("gb200-nvl72", "2.26", inter=True)
+    old_sys, old = build("gb200-nvl72", "2.26", nodes=2)
     n_old = local_net(old, 0)
     assert old.path(old_sys.gpu_by_rank(0), n_old).type == "PHB"  # no P2C before 2.27
 
@@ -197,7 +201,7 @@ def _check_path_against_links(system, src, path):
 def test_path_properties(topology, env):
     text, version, wiring = topology
     system = build_system(parse_topo_xml(text, "generated.xml"), topo_rules(version))
-    paths = compute_paths(system, read_params(env), inter=True)
+    paths = compute_paths(system, read_params(env), nranks=2 * len(system.gpus()))
     gpus, nets = system.gpus(), system.nets()
     for g in gpus:
         for t in gpus + nets:
@@ -221,7 +225,7 @@ def test_p2p_pxn_level_picks_the_nic_and_the_proxy():
     from nicksim.paths import p2p_net
 
     def choice(env):
-        system, paths = build("dgx-h100", env=env, inter=True)
+        system, paths = build("dgx-h100", env=env, nodes=2)
         return [(system.nodes[n].net.dev, proxy) for n, proxy in (p2p_net(paths, 0, d) for d in range(8))]
     # search.cc ncclTopoGetNetDev: level 2 (default) sends to peer GPU d through the NIC next to local GPU d,
     # with GPU d as proxy (PXN); level 1 only where the path is PXN or better; level 0 keeps the own NIC.

@@ -63,6 +63,6 @@ def test_mutated_files_load_or_fail_cleanly(base, mutations, version, gpu):
         filled = fill_topology(parse_topo_xml(text, "mutated.xml"),
                                FillOptions(gpu=GPU_MODELS[gpu] if gpu else None))
         system = build_system(filled.doc, topo_rules(version))
-        compute_paths(system, read_params({}), inter=True)
+        compute_paths(system, read_params({}), nranks=2 * len(system.gpus()))
     except NickSimError as err:
         assert err.line() and "\n" not in err.line()

@@ -41,7 +41,7 @@ def test_catalog_bandwidths():
 
 def test_multi_node_max_bw_is_the_gpu_to_nic_path():
     # search.cc ncclTopoSearchInit: with inter, maxBw = best GPU->NET path: min(PCIe Gen5 x16 48, NET 400G = 50).
-    _, paths = build("dgx-h100", inter=True)
+    _, paths = build("dgx-h100", nodes=2)
     assert paths.max_bw == pytest.approx(48.0) and paths.total_bw == pytest.approx(370.8)
 
 
@@ -155,7 +155,7 @@ def test_c01_p5_file_completed_with_h100_matches_the_log():
         groups.setdefault(int(m.group(1)), set()).add(m.group(2).lower())
     assert len(busids) == 8 and len(groups) == 8
     system, paths = build(str(folder / "topologies" / "topo_aws_p5_48xl_v1.9.2.xml"), "2.22", gpu="h100",
-                          fab="efa", inter=True)
+                          fab="efa", nodes=2)
     for rank in range(8):
         gpu = system.nodes[system.gpu_by_rank(rank)]
         assert gpu.local_id == busids[gpu.gpu.dev]

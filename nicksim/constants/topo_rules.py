@@ -66,6 +66,13 @@ class TopoRules:
     pxn_requires_gdr: bool         # 2.30: the relay GPU must have GDR to the NIC
     gdr_check_below_phb_only: bool # 2.21+: GDR fallback only considered for paths better than PHB
     local_net_mod_gpus: bool       # 2.30: ncclTopoGetLocalNet starts at dev % localGpuCount
+    bcm_gen5: bool                 # 2.20+: Gen4 and Gen5 Broadcom switches flattened (device |= 0xffff);
+                                   # before, Gen4 only with identical sub-switch ids (device := 0x1000c01010000000)
+    guid_strtoull: bool            # 2.28+: guid read with strtoull(…, 16); before sscanf("0x%lx") (no 0x -> 0)
+    trim_removes_nets: bool        # until 2.27: a one-node communicator drops every NET (ncclTopoTrimSystem)
+    xml_max_nodes: int             # elements NCCL reads from one topology file: 1024 until 2.20, then 256
+    xml_max_subs: int              # children per element: 32 until 2.20, 128 in 2.21-2.28, 640 from 2.29
+    xml_max_attrs: int = 16        # attributes per element (xml.h MAX_ATTR_COUNT)
 
     def path_code(self, name: str) -> int:
         return self.path_names.index(name)
@@ -127,4 +134,9 @@ def topo_rules(version: NcclVersion) -> TopoRules:
         pxn_requires_gdr=minor >= 30,
         gdr_check_below_phb_only=minor >= 21,  # absent in 2.20.5, present in 2.21.5
         local_net_mod_gpus=minor >= 30,
+        bcm_gen5=minor >= 20,
+        guid_strtoull=minor >= 28,
+        trim_removes_nets=minor <= 27,
+        xml_max_nodes=1024 if minor <= 20 else 256,
+        xml_max_subs=32 if minor <= 20 else 640 if minor >= 29 else 128,
     )
