@@ -200,9 +200,11 @@ def _check_path_against_links(system, src, path):
                                        {"NCCL_NET_GDR_LEVEL": "LOC"})))
 def test_path_properties(topology, env):
     text, version, wiring = topology
-    system = build_system(parse_topo_xml(text, "generated.xml"), topo_rules(version))
-    paths = compute_paths(system, read_params(env), nranks=2 * len(system.gpus()))
+    node = build_system(parse_topo_xml(text, "generated.xml"), topo_rules(version))
+    paths = compute_paths(node, read_params(env), nranks=2 * len(node.gpus()))
+    system = paths.system  # rank 0's view: NCCL may trim GPUs it only reaches over the network
     gpus, nets = system.gpus(), system.nets()
+    assert gpus and set(system.nodes[g].gpu.rank for g in gpus) <= set(node.nodes[g].gpu.rank for g in node.gpus())
     for g in gpus:
         for t in gpus + nets:
             path = paths.path(g, t)
