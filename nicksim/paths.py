@@ -302,7 +302,8 @@ class _Compute:
         arch = cpu.arch if cpu else -1
         vendor = cpu.vendor if cpu else -1
         if self.rules.p2p_level_default == "sys-unless-intel-arm":
-            if arch == CPU_ARCH["arm64"] or (arch == CPU_ARCH["x86_64"] and vendor in (1, 3)):
+            intel_or_zhaoxin = vendor in (CPU_VENDOR["GenuineIntel"], CPU_VENDOR["CentaurHauls"])
+            if arch == CPU_ARCH["arm64"] or (arch == CPU_ARCH["x86_64"] and intel_or_zhaoxin):
                 return "PXB"
             return "SYS"
         devices = len(self.s.of_kind(self.s.device_kind))
