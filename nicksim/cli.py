@@ -20,6 +20,7 @@ from .fill import FillOptions
 from .hardware import FABRICS, GPU_MODELS, fabric, gpu_model
 from .params import Params, read_params
 from .paths import compute_paths, format_nccl_paths, format_paths
+from .search import format_graph, search_graphs
 from .topo import build_system, format_system
 from .xml import write_topo_xml
 
@@ -99,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="print the system as this rank sees it (NCCL trims it to the rank's domain; default 0)")
     topo.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     topo.set_defaults(run=_run_topo)
+    search = sub.add_parser("search", help="run NCCL's graph search and print its Pattern/channel lines")
+    _add_system_options(search)
+    search.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
+                        help="search as this rank (NCCL trims the system to the rank's domain; default 0)")
+    search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    search.set_defaults(run=_run_search)
     return parser
 
 
@@ -119,7 +126,8 @@ def _system_spec(args, params: Params) -> tuple[str, str]:
     return DEFAULT_SYSTEM, "SYSTEM"
 
 
-def _run_topo(args, params: Params) -> int:
+def _prepare(args, params: Params):
+    """System, paths and cluster for the SYSTEM options, as rank --rank sees them."""
     version = parse_version(args.nccl_version)
     rules = topo_rules(version)
     spec, where = _system_spec(args, params)
@@ -142,6 +150,19 @@ def _run_topo(args, params: Params) -> int:
         oversubscription=args.oversubscription, switch_lat_us=args.switch_lat_us))
     _warn(system.notes)
     _warn(paths.notes)
+    return filled, system, paths, cluster
+
+
+def _run_search(args, params: Params) -> int:
+    _, _, paths, _ = _prepare(args, params)
+    for graph in search_graphs(paths, params).values():
+        _warn(graph.notes)
+        print("\n".join(format_graph(paths, graph)))
+    return 0
+
+
+def _run_topo(args, params: Params) -> int:
+    filled, system, paths, cluster = _prepare(args, params)
     dump = args.dump_xml or params.get("NCCL_TOPO_DUMP_FILE")
     if dump:
         write_topo_xml(filled.doc, dump)

@@ -1,0 +1,821 @@
+"""Graph search: how NCCL finds its rings, trees and NVLS heads (search.cc, ncclTopoCompute).
+
+`search_graph(paths, params, pattern, ...)` runs NCCL's search on the rank's view of the system
+(Paths.system): a depth-first search over GPUs (from a NIC when the job spans nodes) that
+reserves bandwidth on every link a channel crosses and gives it back on backtrack, under a step
+budget; a first pass relaxes the constraints in NCCL's order (same channels, simpler tree,
+farther path types intra then inter, cross-NIC, lower speed on the speed ladder of the GPU
+generation), channels are duplicated, and a second pass raises the speed. The result is a frozen
+Graph with NCCL's fields (pattern, crossNic, nChannels, bwIntra/bwInter, typeIntra/typeInter,
+sameChannels, per channel the GPU ranks and NICs), printed by `format_graph` as
+ncclTopoPrintGraph does.
+
+Bandwidths are float32 as in NCCL, so that the search takes the same branches.
+Modelled: the 2.30.7 search (DEV nodes, NVS neighbour preference, NIC selection policy AUTO).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .params import Params
+from .paths import Paths, _get_local, _local_gpu_of_net, _local_net, _table
+from .topo import CPU_ARCH, CPU_VENDOR, System
+
+__all__ = [
+    "Graph",
+    "RING",
+    "BALANCED_TREE",
+    "SPLIT_TREE",
+    "TREE",
+    "NVLS",
+    "COLLNET_DIRECT",
+    "search_graph",
+    "search_graphs",
+    "format_graph",
+    "SPEEDS",
+]
+
+# graph.h NCCL_TOPO_PATTERN_*
+BALANCED_TREE, SPLIT_TREE, TREE, RING, NVLS, COLLNET_DIRECT = 1, 2, 3, 4, 5, 6
+MAXCHANNELS = 64          # device.h
+NVLS_ARITY = 32           # device.h NCCL_MAX_NVLS_ARITY
+GLOBAL_TIMEOUT = 1 << 19  # search.cc NCCL_SEARCH_GLOBAL_TIMEOUT
+TIMEOUT = 1 << 14         # NCCL_SEARCH_TIMEOUT (and _TREE)
+TIMEOUT_SAMECHANNELS = 1 << 8
+FORCED_ORDER_PCI, FORCED_ORDER_REPLAY = 1, 2
+
+_f = np.float32
+# search.cc speed ladders (GB/s per channel), by SM generation; intra for one node, inter across nodes.
+SPEEDS = {
+    "intra": {0: (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+              90: (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+              100: (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)},
+    "inter": {0: (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+                  2.4, 1.2, 0.24, 0.12),
+              90: (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
+                   0.24, 0.12),
+              100: (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
+                    3.0, 2.4, 1.2, 0.24, 0.12)},
+}
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A search result: NCCL's ncclTopoGraph fields, channels as rank lists and NIC node ids."""
+
+    id: int
+    pattern: int
+    cross_nic: int
+    n_channels: int
+    bw_intra: float
+    bw_inter: float
+    latency_inter: float
+    type_intra: str
+    type_inter: str
+    same_channels: int
+    n_hops: int
+    intra: tuple[tuple[int, ...], ...]     # per channel: GPU ranks in order
+    inter: tuple[tuple[int, int], ...]     # per channel: (first NET id, last NET id), -1 when none
+    inter_node: bool = False
+    fallback: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+
+class _G:
+    """The mutable ncclTopoGraph the search fills (a copy is the best graph found so far)."""
+
+    def __init__(self, gid: int, pattern: int, min_ch: int, max_ch: int, ngpus: int, collnet: int = 0):
+        self.id, self.pattern, self.collnet = gid, pattern, collnet
+        self.min_channels, self.max_channels = min_ch, max_ch
+        self.cross_nic = 0
+        self.n_channels = 0
+        self.bw_intra = self.bw_inter = _f(0)
+        self.latency_inter = _f(0)
+        self.type_intra = self.type_inter = 0
+        self.same_channels = 0
+        self.n_hops = 0
+        self.intra = [0] * (MAXCHANNELS * max(ngpus, 1))
+        self.inter = [0] * (MAXCHANNELS * 2)
+
+    def copy(self) -> "_G":
+        other = _G.__new__(_G)
+        other.__dict__.update(self.__dict__)
+        other.intra = list(self.intra)
+        other.inter = list(self.inter)
+        return other
+
+
+def _roundf(x: np.float32) -> np.float32:
+    """C roundf: half away from zero."""
+    t = np.trunc(x)
+    if abs(x - t) >= _f(0.5):
+        t = t + np.copysign(_f(1), x)
+    return _f(t)
+
+
+class _Search:
+    """One ncclTopoCompute: live link and NIC bandwidths, GPU use flags, and the recursive search."""
+
+    def __init__(self, paths: Paths, params: Params):
+        self.paths = paths
+        self.s: System = paths.system
+        s = self.s
+        self.rules = s.rules
+        self.code = self.rules.path_code
+        self.params = params
+        self.inter = paths.inter
+        self.gpus = list(s.gpus())
+        self.nets = list(s.nets())
+        self.nvs = list(s.of_kind("NVS"))
+        self.devs = list(s.of_kind(s.device_kind))
+        self.ngpus = len(self.gpus)
+        # live bandwidths, float32, per node and link position (NCCL edits link->bw in place)
+        self.bw = [[_f(l.bw_gbps) for l in node.links] for node in s.nodes]
+        self.net_bw = {n: _f(s.nodes[n].net.bw_gbps) for n in self.nets}
+        self.used = [0] * self.ngpus
+        self.table = _table(paths)
+        self.gpu_pos = {g: k for k, g in enumerate(self.gpus)}
+        self.net_pos = {n: k for k, n in enumerate(self.nets)}
+        self.local_gpu = {n: _local_gpu_of_net(self.table, s, n) for n in self.nets}
+        self.rank_of = [s.nodes[g].gpu.rank for g in self.gpus]
+        self.cpu = s.nodes[s.of_kind("CPU")[0]].cpu if s.of_kind("CPU") else None
+
+    # -- paths as NCCL indexes them
+    def path(self, src: int, dst: int):
+        return self.paths.path(src, dst)
+
+    def ptype(self, p) -> int:
+        return self.code(p.type) if p is not None else self.code("DIS")
+
+    # -- followPath / ncclTopoFollowPath
+    def _follow(self, p, start: int, max_steps: int, bw: np.float32) -> int:
+        nodes = self.s.nodes
+        pci_bw = bw
+        for (node, pos) in p.links:
+            rem = nodes[node].links[pos].dst
+            cpu = nodes[rem].cpu
+            if nodes[rem].kind == "CPU" and p.type == "PHB" and nodes[start].kind == "GPU" \
+                    and cpu.arch == CPU_ARCH["x86_64"] and cpu.vendor == CPU_VENDOR["GenuineIntel"]:
+                pci_bw = _f(bw * 6 / 5)  # topo.h INTEL_P2P_OVERHEAD
+        for step in range(max_steps):
+            node, pos = p.links[step]
+            link = nodes[node].links[pos]
+            rem = link.dst
+            fw = pci_bw if link.kind == "PCI" else bw
+            rev_bw = _f(0)
+            rev = None
+            rem_node = nodes[rem]
+            if rem_node.kind in ("DEV", "GPU") and rem_node.gpu is not None and rem_node.gpu.sm < 80 \
+                    and nodes[start].kind != "GPU" and (rem_node.kind == self.s.device_kind):
+                rev = self._rev(node, rem, link.kind)
+                rev_bw = rev_bw + fw / 8
+            if rem_node.kind == "CPU" and rem_node.cpu.arch == CPU_ARCH["ppc64"] and link.kind == "NVL":
+                rev = self._rev(node, rem, link.kind)
+                rev_bw = rev_bw + fw
+            if self.bw[node][pos] < fw or (rev_bw and self.bw[rev[0]][rev[1]] < rev_bw):
+                return step
+            self.bw[node][pos] = _roundf(_f((self.bw[node][pos] - fw) * 1000)) / _f(1000)
+            if rev_bw:
+                self.bw[rev[0]][rev[1]] = _roundf(_f((self.bw[rev[0]][rev[1]] - rev_bw) * 1000)) / _f(1000)
+        return max_steps
+
+    def _rev(self, a: int, b: int, kind: str) -> tuple[int, int]:
+        for pos, link in enumerate(self.s.nodes[b].links):
+            if link.dst == a and link.kind == kind:
+                return b, pos
+        raise RuntimeError("no reverse link")  # build_system refuses such systems
+
+    def follow_path(self, g: _G, src: int | None, dst: int, mult: float) -> int | None:
+        """ncclTopoFollowPath: reserve (mult>0) or give back (<0) bw on src->dst; the node or None."""
+        if src is None:
+            return dst
+        p = self.path(src, dst)
+        rev = self.path(dst, src)
+        kinds = (self.s.nodes[src].kind, self.s.nodes[dst].kind)
+        intra = kinds[0] in ("GPU", "NVS") and kinds[1] in ("GPU", "NVS")
+        bw = g.bw_intra if intra else g.bw_inter
+        limit = g.type_intra if intra else g.type_inter
+        ptype = self.ptype(p)
+        if ptype >= self.code("DIS"):
+            return None
+        if mult == 1 and ptype > limit:
+            return None
+        if mult == 1 and g.pattern in (BALANCED_TREE, TREE, SPLIT_TREE) and self.ptype(rev) > limit:
+            return None
+        bw = _f(bw * _f(mult))
+        step = self._follow(p, src, len(p.links), bw)
+        if step < len(p.links):
+            self._follow(p, src, step, _f(-bw))
+            return None
+        g.n_hops += int(mult * len(p.links))
+        return dst
+
+    # -- GPU ordering (ncclTopoSearchNextGpuSort)
+    def _gpu_pci_bw(self, gpu: int) -> int:
+        dev = self.s.device_of(gpu)
+        for pos, link in enumerate(self.s.nodes[dev].links):
+            if link.kind != "PCI":
+                continue
+            pci = link.dst
+            for back, blink in enumerate(self.s.nodes[pci].links):
+                if blink.dst == dev:
+                    return int(min(self.bw[dev][pos], self.bw[pci][back]))
+        return -1
+
+    def next_gpus(self, g: _G, k: int, sort_net: int) -> list[int]:
+        flag = 1 << g.n_channels
+        gpu = self.gpus[k]
+        net_paths = None
+        if sort_net:
+            net_paths = self.net_id_to_node(g.inter[g.n_channels * 2])
+        scores = []
+        for i in range(1, self.ngpus):
+            j = (k + i) % self.ngpus
+            p = self.path(gpu, self.gpus[j])
+            if p is None or not p.links:
+                continue
+            if self.used[j] & flag:
+                continue
+            inter_bw = inter_hops = inter_pci = 0
+            if net_paths is not None:
+                np_ = self.path(net_paths, self.gpus[j])
+                inter_hops, inter_bw = len(np_.links), int(np_.bw_gbps)
+                inter_pci = self._gpu_pci_bw(self.gpus[j])
+            scores.append((-inter_bw, -inter_pci, inter_hops, -int(p.bw_gbps), len(p.links), i, j))
+        scores.sort()
+        order = [s[-1] for s in scores]
+        if sort_net == -1 and len({(s[3], s[4]) for s in scores}) <= 1:
+            order.reverse()
+        count = len(order)
+        if self.nvs:
+            prev_gpu, next_gpu = (k - 1 + self.ngpus) % self.ngpus, (k + 1) % self.ngpus
+            if g.pattern == RING:
+                first = [next_gpu, prev_gpu]
+            elif g.pattern in (SPLIT_TREE, BALANCED_TREE):
+                first = [prev_gpu, next_gpu]
+            else:
+                first = [next_gpu]
+            if next_gpu == prev_gpu and len(first) == 2:
+                first = first[:1]
+            real = 0
+            for f in first:
+                if f in order:
+                    order.remove(f)
+                    order.insert(0, f)
+                    real += 1
+            count = real
+        return order[:count]
+
+    def net_id_to_node(self, net_id: int) -> int:
+        for n in self.nets:
+            if self.s.nodes[n].id == net_id:
+                return n
+        raise KeyError(net_id)
+
+    # -- NIC choice (ncclTopoSelectNets, ncclTopoSearchCheckNet)
+    def select_nets(self, type_inter: int, gpu_k: int) -> list[int]:
+        s = self.s
+        nets: list[int] = []
+        if len(s.host_hashes) > 1:
+            self._pref_nets_gpu_first(gpu_k, nets)
+        else:
+            self._pref_nets_channel_first(gpu_k, nets)
+        for t in range(type_inter + 1):
+            for k, gpu in enumerate(self.gpus):
+                if gpu_k != -1 and gpu_k != k:
+                    continue
+                for n in self.nets[:MAXCHANNELS]:
+                    if self.ptype(self.path(gpu, n)) == t and n not in nets:
+                        nets.append(n)
+        return nets
+
+    def _local_nets_of(self, gpu: int) -> list[int]:
+        found = []
+        for c in range(MAXCHANNELS):
+            n = _local_net(self.table, self.s, gpu, c)
+            if found and n == found[0]:
+                break
+            found.append(n)
+        return found
+
+    def _pref_nets_channel_first(self, gpu_k: int, nets: list[int]) -> None:
+        for k, gpu in enumerate(self.gpus):
+            if gpu_k != -1 and gpu_k != k:
+                continue
+            for n in self._local_nets_of(gpu):
+                if n is not None and n not in nets:
+                    nets.append(n)
+
+    def _pref_nets_gpu_first(self, gpu_k: int, nets: list[int]) -> None:
+        ids = list(range(self.ngpus)) if gpu_k == -1 else [gpu_k]
+        firsts: dict[int, int] = {}
+        active = set(range(len(ids)))
+        for c in range(MAXCHANNELS):
+            for i, k in enumerate(ids):
+                if i not in active:
+                    continue
+                n = _local_net(self.table, self.s, self.gpus[k], c)
+                if c == 0:
+                    firsts[i] = n
+                elif firsts[i] == n:
+                    active.discard(i)
+                    continue
+                if n is not None and n not in nets:
+                    nets.append(n)
+            if not active:
+                break
+
+    def check_net(self, g: _G, start: int, n: int, step: int) -> bool:
+        net, first = self.s.nodes[n], self.s.nodes[start]
+        if net.net.plane != -1 and first.net.plane != -1 and net.net.plane != first.net.plane:
+            return False
+        if g.pattern == TREE and net.id != first.id:
+            return False
+        if g.pattern == RING and g.cross_nic == 2:
+            if g.n_channels & 1 and net.id != g.inter[(g.n_channels - 1) * 2]:
+                return False
+        elif g.cross_nic == 0:
+            if net.net.rail != -1 and first.net.rail != -1:
+                if net.net.rail != first.net.rail:
+                    return False
+            elif net.net.asic != first.net.asic or net.net.port != first.net.port:
+                return False
+        if g.pattern == BALANCED_TREE and step != 0 and net.id != g.inter[g.n_channels * 2 + 1]:
+            return False
+        return True
+
+    # -- the recursion (ncclTopoSearchRec*, ncclTopoSearchTry*)
+    def compare(self, g: _G, best: _G) -> bool:
+        if g.n_channels < g.min_channels:
+            return False
+        if g.pattern == NVLS:
+            better = g.n_channels > best.n_channels and g.n_channels <= self.ngpus
+            return better or _f(g.n_channels * g.bw_inter) > _f(best.n_channels * best.bw_inter)
+        mine, theirs = _f(g.n_channels * g.bw_intra), _f(best.n_channels * best.bw_intra)
+        if mine > theirs:
+            return True
+        if mine < theirs:
+            return False
+        return g.pattern == best.pattern and g.cross_nic == best.cross_nic and g.n_hops < best.n_hops
+
+    def try_gpu(self, g, best, step, back_net, back_first, forced, time, src, k):
+        flag = 1 << g.n_channels
+        gpu = self.follow_path(g, src, self.gpus[k], 1)
+        if gpu is not None:
+            self.used[k] ^= flag
+            self.rec_gpu(g, best, k, step, back_net, back_first, forced, time)
+            self.used[k] ^= flag
+            self.follow_path(g, src, self.gpus[k], -1)
+
+    def try_nvls(self, g, best, k, time):
+        nvs = self.nvs[0]
+        d0 = 0
+        while True:
+            ok = self.follow_path(g, nvs, self.gpus[d0], 2 if d0 == k else 1)
+            d0 += 1
+            if ok is None or d0 >= self.ngpus:
+                break
+        if ok is None:
+            d0 -= 1
+        else:
+            d1 = 0
+            while True:
+                ok1 = self.follow_path(g, self.gpus[d1], nvs, 2 if d1 == k else 1)
+                d1 += 1
+                if ok1 is None or d1 >= self.ngpus:
+                    break
+            if ok1 is None:
+                d1 -= 1
+            else:
+                self.rec_gpu(g, best, None, self.ngpus, -1, -1, 0, time)
+            while d1:
+                d1 -= 1
+                self.follow_path(g, self.gpus[d1], nvs, -2 if d1 == k else -1)
+        while d0:
+            d0 -= 1
+            self.follow_path(g, nvs, self.gpus[d0], -2 if d0 == k else -1)
+
+    def rec_gpu(self, g, best, k, step, back_net, back_first, forced, time):
+        if time[0] <= 0:
+            return
+        time[0] -= 1
+        ngpus = self.ngpus
+        if step == ngpus:
+            g.n_channels += 1
+            if self.compare(g, best):
+                best.__dict__.update(g.copy().__dict__)
+                if g.n_channels == g.max_channels:
+                    time[0] = -1
+            if g.n_channels < g.max_channels:
+                self.rec(g, best, time)
+            g.n_channels -= 1
+            return
+        g.intra[g.n_channels * ngpus + step] = self.rank_of[k]
+        gpu = self.gpus[k]
+        if step == back_net:
+            if self.inter:
+                start = self.net_id_to_node(g.inter[g.n_channels * 2])
+                for n in self.select_nets(g.type_inter, k):
+                    if not self.check_net(g, start, n, step):
+                        continue
+                    next_back = -1
+                    saved = g.bw_inter
+                    if g.pattern == BALANCED_TREE:
+                        if step == 0:
+                            next_back = 1
+                        g.bw_inter = _f(g.bw_inter / 2)
+                    net = self.follow_path(g, gpu, n, 1)
+                    g.bw_inter = saved
+                    if net is not None:
+                        g.inter[g.n_channels * 2 + 1] = self.s.nodes[n].id
+                        self.rec_gpu(g, best, k, step, next_back, back_first, forced, time)
+                        if g.pattern == BALANCED_TREE:
+                            g.bw_inter = _f(g.bw_inter / 2)
+                        self.follow_path(g, gpu, n, -1)
+                        g.bw_inter = saved
+        elif g.pattern == NVLS:
+            self.try_nvls(g, best, k, time)
+        elif step < ngpus - 1:
+            if forced == FORCED_ORDER_PCI:
+                order = [step + 1]
+            elif forced == FORCED_ORDER_REPLAY:
+                order = [self._replay_gpu(g, step)]
+            else:
+                sort_net = 0 if back_net == -1 else 1 if back_net == step + 1 else -1
+                order = self.next_gpus(g, k, sort_net)
+            for j in order:
+                self.try_gpu(g, best, step + 1, back_net, back_first, forced, time, gpu, j)
+        elif step == back_first:
+            first_rank = g.intra[g.n_channels * ngpus]
+            p = self.rank_of.index(first_rank)
+            ok = self.follow_path(g, gpu, self.gpus[p], 1)
+            if ok is not None:
+                self.rec_gpu(g, best, p, step + 1, back_net, -1, forced, time)
+                self.follow_path(g, gpu, self.gpus[p], -1)
+        else:
+            self.rec_gpu(g, best, k, ngpus, -1, -1, forced, time)
+
+    def _replay_gpu(self, g: _G, step: int) -> int:
+        rank = g.intra[(g.n_channels - 1) * self.ngpus + step + 1]
+        return self.rank_of.index(rank)
+
+    def rec_net(self, g, best, back_net, back_first, time):
+        bw = int(g.bw_inter)
+        nets = self.select_nets(g.type_inter, -1)
+        found = False
+        for i in range(len(nets)):
+            if g.pattern in (NVLS, COLLNET_DIRECT) and found:
+                break
+            n = nets[(g.n_channels + i) % len(nets)]
+            net = self.s.nodes[n]
+            if g.collnet and net.net.coll == 0:
+                continue
+            if self.net_bw[n] < bw:
+                continue
+            if g.pattern == RING and g.cross_nic == 2 and (g.n_channels & 1) and \
+                    net.id != g.inter[(g.n_channels - 1) * 2 + 1]:
+                continue
+            g.inter[g.n_channels * 2] = net.id
+            g.latency_inter = _f(net.net.latency_us)
+            twins = [m for m in self.nets if self.s.nodes[m].net.asic == net.net.asic
+                     and self.s.nodes[m].net.port == net.net.port]
+            for m in twins:
+                self.net_bw[m] = _f(self.net_bw[m] - bw)
+            if g.pattern in (NVLS, COLLNET_DIRECT):
+                if g.n_channels < len(nets):
+                    local = self.local_gpu[n]
+                    if local is not None:
+                        k = self.gpu_pos[local]
+                        heads = [g.intra[c * self.ngpus] for c in range(g.n_channels)]
+                        if self.rank_of[k] not in heads:
+                            self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                            found = True
+            elif g.n_channels > 0 and g.same_channels == 1:
+                self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
+                             self._replay_gpu(g, -1))
+            else:
+                if g.n_channels == 0 and not self.nvs:
+                    t = [1 << 10]
+                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+                    if t[0] == -1:
+                        time[0] = -1
+                local = self.local_gpu[n]
+                if local is not None:
+                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, self.gpu_pos[local])
+                locals_ = _get_local(self.table, self.s, n, "GPU")
+                if not locals_:
+                    continue  # search.cc skips this NIC without giving its bandwidth back
+                for k in locals_:
+                    if local is not None and k == self.gpu_pos[local]:
+                        continue
+                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+            for m in twins:
+                self.net_bw[m] = _f(self.net_bw[m] + bw)
+
+    def params_for(self, pattern: int) -> tuple[int, int]:
+        if self.inter:
+            back_net = self.ngpus - 1 if pattern == RING else 1 if pattern == SPLIT_TREE else 0
+            return back_net, -1
+        return -1, (self.ngpus - 1 if pattern == RING else -1)
+
+    def rec(self, g, best, time):
+        back_net, back_first = self.params_for(g.pattern)
+        if self.inter:
+            self.rec_net(g, best, back_net, back_first, time)
+            return
+        if g.pattern == NVLS:
+            self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, g.n_channels)
+            return
+        if g.n_channels == 0:
+            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, time, None, 0)
+        else:
+            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, None,
+                         self._replay_gpu(g, -1))
+        if g.same_channels == 0 or g.n_channels == 0:
+            for k in range(self.ngpus):
+                self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, k)
+
+
+def _cc_min(system: System) -> int:
+    return min(system.nodes[g].gpu.sm for g in system.gpus())
+
+
+def _min_max_path(search: _Search, kind: str) -> tuple[int, int]:
+    lo, hi = search.code("SYS"), search.code("LOC")
+    targets = search.gpus if kind == "GPU" else search.nets
+    for a in search.gpus:
+        for b in targets:
+            if kind == "GPU" and a == b:
+                continue
+            p = search.path(a, b)
+            if p is None:
+                continue
+            t = search.ptype(p)
+            lo, hi = min(lo, t), max(hi, t)
+    return lo, hi
+
+
+def _split_nvlink(search: _Search) -> bool:
+    n = search.ngpus
+    domain = list(range(n))
+    for a in range(n):
+        for b in range(a + 1, n):
+            if search.path(search.gpus[a], search.gpus[b]).type == "NVL":
+                domain[b] = domain[a]
+    counts = [domain.count(d) for d in range(n)]
+    return sum(1 for c in counts if c > 1) == 2
+
+
+def _ladder(search: _Search, cc_min: int) -> tuple[float, ...]:
+    table = SPEEDS["inter" if search.inter else "intra"]
+    return table[100] if cc_min >= 100 else table[90] if cc_min >= 90 else table[0]
+
+
+def _deep(fn, *args):
+    """Run fn in a thread with a deep stack: the search recurses once per GPU per channel, like NCCL."""
+    result: list = []
+    errors: list = []
+
+    def body():
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old, 1_000_000))
+        try:
+            result.append(fn(*args))
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+        finally:
+            sys.setrecursionlimit(old)
+
+    previous = threading.stack_size(512 * 1024 * 1024)
+    try:
+        worker = threading.Thread(target=body, name="nicksim-search")
+        worker.start()
+        worker.join()
+    finally:
+        threading.stack_size(previous)
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
+def search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_channels: int,
+                 max_channels: int, collnet: int = 0) -> Graph:
+    """ncclTopoCompute for one graph on the rank's view of the system."""
+    return _deep(_search_graph, paths, params, pattern, gid, min_channels, max_channels, collnet)
+
+
+def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_channels: int,
+                  max_channels: int, collnet: int = 0) -> Graph:
+    search = _Search(paths, params)
+    s = search.s
+    code = search.code
+    ngpus = search.ngpus
+    g = _G(gid, pattern, min_channels, max_channels, ngpus, collnet)
+    cc_min = _cc_min(s)
+    ndevs = len(search.devs)
+    cross_param = params.get("NCCL_CROSS_NIC")
+    cross = cross_param if (len(search.nets) > 1 and pattern in (RING, BALANCED_TREE, SPLIT_TREE)) else 0
+    g.cross_nic = 1 if cross == 1 else 0
+    min_intra, min_inter = code("LOC"), code("PIX")
+    max_intra = max_inter = code("SYS")
+    if ngpus > 1:
+        min_intra, max_intra = _min_max_path(search, "GPU")
+    if search.inter:
+        min_inter, max_inter = _min_max_path(search, "NET")
+        max_intra = max_inter
+    if cc_min < 90:
+        max_inter = code("SYS")
+    g.type_intra, g.type_inter = min_intra, min_inter
+    try_same = 0 if pattern == NVLS else 1
+    g.same_channels = try_same
+    notes: list[str] = []
+    if search.rules.version.minor != 30:
+        notes.append(f"the graph search follows NCCL 2.30.7's search.cc; changes in "
+                     f"{search.rules.version.line} are not modelled yet")
+    if pattern == NVLS and (not search.nvs or cc_min < 90):
+        return _freeze(g, search, notes)
+    if pattern == NVLS:
+        g.max_channels = min(NVLS_ARITY, ngpus)
+    if pattern == COLLNET_DIRECT:
+        g.max_channels = min(7 + 1, ngpus)
+    if ngpus == 1 and pattern != RING:
+        g.pattern = pattern = TREE
+    if not search.inter and pattern == NVLS:
+        g.min_channels = g.max_channels
+    if pattern == RING and _split_nvlink(search) and g.max_channels >= 2 and g.min_channels == 1:
+        g.min_channels = 2
+
+    best = g  # the graph NCCL returns; every better solution is copied into it
+    tmp = g.copy()
+    speeds = _ladder(search, cc_min)
+    max_bw, total_bw = _f(paths.max_bw), _f(paths.total_bw)
+    if ndevs > 1 and pattern != RING:
+        total_bw = _f(float(total_bw) * (ndevs * 1.0 / (ndevs - 1)))
+    idx = 0
+    while (_f(speeds[idx]) > max_bw or _f(speeds[idx]) * tmp.min_channels > total_bw) and idx < len(speeds) - 1:
+        idx += 1
+    tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
+    global_timeout = GLOBAL_TIMEOUT
+    pass_ = 1
+    while True:
+        time = [TIMEOUT_SAMECHANNELS if tmp.same_channels else TIMEOUT]
+        tmp.n_channels = 0
+        global_timeout -= time[0]
+        search.rec(tmp, best, time)
+        done = time[0] == -1 or _f(best.n_channels * best.bw_inter) >= _f(paths.total_bw)
+        if not done and pass_ == 1:
+            if tmp.same_channels == 1 and not (s.nodes[s.of_kind("CPU")[0]].cpu.arch == CPU_ARCH["x86_64"]
+                                               and s.nodes[s.of_kind("CPU")[0]].cpu.vendor == CPU_VENDOR["AuthenticAMD"]
+                                               and tmp.type_intra == code("SYS")):
+                tmp.same_channels = 0
+                continue
+            tmp.same_channels = try_same
+            if time[0] != -1:
+                global_timeout += time[0]
+            else:
+                global_timeout = GLOBAL_TIMEOUT
+            if not (global_timeout < 0 and best.n_channels):
+                if cc_min >= 90 and tmp.pattern == BALANCED_TREE:
+                    tmp.pattern = TREE
+                    continue
+                tmp.pattern = best.pattern
+                max_i = tmp.type_inter if search.inter else max_intra
+                if tmp.type_intra < max_i and (best.n_channels == 0 or tmp.type_intra < best.type_intra):
+                    tmp.type_intra += 1
+                    if tmp.type_intra < code("DIS"):
+                        continue
+                tmp.type_intra = min_intra
+                if search.inter and tmp.type_inter < max_inter and (
+                        best.n_channels == 0 or tmp.type_inter < best.type_inter or tmp.type_inter < code("PXN")):
+                    tmp.type_inter += 1
+                    if tmp.type_inter < code("DIS"):
+                        continue
+                tmp.type_inter = min_inter
+                if cross == 2 and tmp.cross_nic == 0 and best.pattern in (RING, BALANCED_TREE):
+                    tmp.cross_nic = 2
+                    continue
+                tmp.cross_nic = 1 if cross == 1 else 0
+                if idx < len(speeds) - 1 and (best.n_channels == 0 or
+                                              _f(speeds[idx + 1]) / best.bw_inter > _f(0.49)):
+                    idx += 1
+                    tmp.bw_inter = tmp.bw_intra = _f(speeds[idx])
+                    continue
+                idx = 0
+                while _f(speeds[idx]) > max_bw and idx < len(speeds) - 1:
+                    idx += 1
+                tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
+        if pass_ == 1:
+            time[0] = -1
+            _dup_channels(best, cc_min, ngpus)
+            tmp = best.copy()
+            idx = 0
+            while _f(speeds[idx]) > best.bw_inter and idx < len(speeds) - 1:
+                idx += 1
+            tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
+            tmp.min_channels = best.n_channels
+            pass_ = 2
+        if pass_ == 2:
+            if time[0] != 0 and idx > 0:
+                if best.pattern == RING:
+                    idx -= 1
+                    tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
+                    continue
+                if best.pattern == NVLS and tmp.bw_inter == best.bw_inter and tmp.bw_inter < tmp.bw_intra * 2:
+                    tmp.min_channels = tmp.max_channels = best.n_channels
+                    idx -= 1
+                    tmp.bw_inter = _f(speeds[idx])
+                    continue
+                if tmp.bw_intra == best.bw_intra and tmp.bw_intra < tmp.bw_inter * 2:
+                    idx -= 1
+                    tmp.bw_intra = _f(speeds[idx])
+                    continue
+            break
+    fallback = False
+    if best.n_channels == 0 and best.collnet == 0 and best.pattern != NVLS:
+        fallback = True
+        notes.append(f"NCCL INFO Could not find a path for pattern {pattern}, falling back to simple order")
+        for i, rank in enumerate(search.rank_of):
+            best.intra[i] = rank
+        best.bw_intra = _f(0.1)
+        best.type_intra = code("SYS")
+        first = search.select_nets(-1, 0) if search.nets else []
+        last = search.select_nets(-1, ngpus - 1) if search.nets else []
+        best.inter[0] = s.nodes[first[0]].id if first else -1
+        best.inter[1] = s.nodes[last[0]].id if last else -1
+        if best.inter[0] != -1 and best.inter[1] != -1:
+            best.bw_inter, best.type_inter = _f(0.1), code("SYS")
+        else:
+            best.inter[0] = best.inter[1] = -1
+            best.bw_inter, best.type_inter = _f(0), code("DIS")
+        best.n_channels = 1
+    return _freeze(best, search, notes, fallback)
+
+
+def _dup_channels(g: _G, cc_min: int, ngpus: int) -> None:
+    """ncclTopoDupChannels: double the channels (halving their bw) where NCCL finds it pays."""
+    if g.n_channels == 0 or g.pattern == NVLS:
+        return
+    if g.bw_intra < 25.0:
+        return
+    if cc_min > 80 and g.bw_intra < 50.0 and g.n_channels > 4:
+        return
+    dup = min(g.n_channels * 2, g.max_channels)
+    for i in range((dup - g.n_channels) * ngpus):
+        g.intra[g.n_channels * ngpus + i] = g.intra[i]
+    for i in range((dup - g.n_channels) * 2):
+        g.inter[g.n_channels * 2 + i] = g.inter[i]
+    factor = -(-dup // g.n_channels)
+    g.bw_intra = _f(g.bw_intra / factor)
+    g.bw_inter = _f(g.bw_inter / factor)
+    g.n_channels = dup
+
+
+def _freeze(g: _G, search: _Search, notes: list[str], fallback: bool = False) -> Graph:
+    n = search.ngpus
+    names = search.rules.path_names
+    intra = tuple(tuple(g.intra[c * n:(c + 1) * n]) for c in range(g.n_channels))
+    inter = tuple((g.inter[2 * c], g.inter[2 * c + 1]) for c in range(g.n_channels))
+    return Graph(g.id, g.pattern, g.cross_nic, g.n_channels, float(g.bw_intra), float(g.bw_inter),
+                 float(g.latency_inter), names[g.type_intra], names[g.type_inter], g.same_channels, g.n_hops,
+                 intra, inter, search.inter, fallback, tuple(notes))
+
+
+def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
+    """The graphs NCCL's init searches, in its order: ring, tree, then NVLS where it can run."""
+    ring = search_graph(paths, params, RING, 0, 1, MAXCHANNELS // 2)
+    tree = search_graph(paths, params, BALANCED_TREE, 1, ring.n_channels, ring.n_channels)
+    graphs = {"ring": ring, "tree": tree}
+    if params.get("NCCL_NVLS_ENABLE") != 0:
+        nvls = search_graph(paths, params, NVLS, 3, 1, MAXCHANNELS)
+        if nvls.n_channels:
+            graphs["nvls"] = nvls
+    return graphs
+
+
+def format_graph(paths: Paths, graph: Graph) -> list[str]:
+    """ncclTopoPrintGraph: the Pattern line and one line per channel."""
+    s = paths.system
+    lines = [f"Pattern {graph.pattern}, crossNic {graph.cross_nic}, nChannels {graph.n_channels}, "
+             f"bw {graph.bw_intra:f}/{graph.bw_inter:f}, type {graph.type_intra}/{graph.type_inter}, "
+             f"sameChannels {graph.same_channels}"]
+
+    def label(kind: str, node_id: int) -> str:
+        return f"{kind}/{node_id >> 56:x}-{node_id & 0x00FFFFFFFFFFFFFF:x}"
+
+    gpu_id = {s.nodes[g].gpu.rank: s.nodes[g].id for g in s.gpus()}
+    for c in range(graph.n_channels):
+        line = f"{c:2d} :"
+        if graph.inter_node:
+            line += " " + label("NET", graph.inter[c][0])
+        for rank in graph.intra[c]:
+            line += " " + label("GPU", gpu_id[rank])
+            if graph.id == 3:
+                break
+        if graph.inter_node:
+            line += " " + label("NET", graph.inter[c][1])
+        lines.append(line)
+    return lines
