@@ -15,6 +15,7 @@ Modelled: the 2.30.7 search (DEV nodes, NVS neighbour preference, NIC selection 
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -109,12 +110,16 @@ class _G:
         return other
 
 
-def _roundf(x: np.float32) -> np.float32:
-    """C roundf: half away from zero."""
-    t = np.trunc(x)
-    if abs(x - t) >= _f(0.5):
-        t = t + np.copysign(_f(1), x)
-    return _f(t)
+_THOUSAND = _f(1000)
+
+
+def _sub_round(a: np.float32, b: np.float32) -> np.float32:
+    """search.cc SUB_ROUND: a = roundf((a - b) * 1000) / 1000, in float32 (roundf: half away from 0)."""
+    x = float((a - b) * _THOUSAND)
+    t = math.trunc(x)
+    if abs(x - t) >= 0.5:
+        t += 1 if x > 0 else -1
+    return _f(t) / _THOUSAND
 
 
 class _Search:
@@ -143,44 +148,66 @@ class _Search:
         self.local_gpu = {n: _local_gpu_of_net(self.table, s, n) for n in self.nets}
         self.rank_of = [s.nodes[g].gpu.rank for g in self.gpus]
         self.cpu = s.nodes[s.of_kind("CPU")[0]].cpu if s.of_kind("CPU") else None
+        self._codes = {name: i for i, name in enumerate(self.rules.path_names)}
+        self._dis = self._codes["DIS"]
+        self._paths: dict[tuple[int, int], object] = {}
+        self._hops: dict[tuple[int, int], tuple] = {}
+        self._nets_for: dict[tuple[int, int], list[int]] = {}
 
-    # -- paths as NCCL indexes them
+    # -- paths as NCCL indexes them (cached: the paths never change during a search)
     def path(self, src: int, dst: int):
-        return self.paths.path(src, dst)
+        key = (src, dst)
+        found = self._paths.get(key)
+        if found is None and key not in self._paths:
+            found = self._paths[key] = self.paths.path(src, dst)
+        return found
 
     def ptype(self, p) -> int:
-        return self.code(p.type) if p is not None else self.code("DIS")
+        return self._codes[p.type] if p is not None else self._dis
+
+    def hops(self, src: int, dst: int, p) -> tuple:
+        """Per hop: (node, link position, link kind, far node is a pre-Ampere DEV/GPU, far node is a
+        POWER CPU reached over NVLink), plus whether an Intel CPU on a PHB path charges the PCIe
+        overhead — everything followPath reads that does not change during the search."""
+        key = (src, dst)
+        found = self._hops.get(key)
+        if found is not None:
+            return found
+        nodes = self.s.nodes
+        intel = False
+        steps = []
+        for (node, pos) in p.links:
+            link = nodes[node].links[pos]
+            rem = nodes[link.dst]
+            if rem.kind == "CPU" and p.type == "PHB" and nodes[src].kind == "GPU" \
+                    and rem.cpu.arch == CPU_ARCH["x86_64"] and rem.cpu.vendor == CPU_VENDOR["GenuineIntel"]:
+                intel = True
+            old_gpu = (rem.kind == self.s.device_kind and rem.gpu is not None and rem.gpu.sm < 80
+                       and nodes[src].kind != "GPU")
+            power = rem.kind == "CPU" and rem.cpu.arch == CPU_ARCH["ppc64"] and link.kind == "NVL"
+            rev = self._rev(node, link.dst, link.kind) if (old_gpu or power) else None
+            steps.append((node, pos, link.kind == "PCI", old_gpu, power, rev))
+        found = self._hops[key] = (tuple(steps), intel)
+        return found
 
     # -- followPath / ncclTopoFollowPath
-    def _follow(self, p, start: int, max_steps: int, bw: np.float32) -> int:
-        nodes = self.s.nodes
-        pci_bw = bw
-        for (node, pos) in p.links:
-            rem = nodes[node].links[pos].dst
-            cpu = nodes[rem].cpu
-            if nodes[rem].kind == "CPU" and p.type == "PHB" and nodes[start].kind == "GPU" \
-                    and cpu.arch == CPU_ARCH["x86_64"] and cpu.vendor == CPU_VENDOR["GenuineIntel"]:
-                pci_bw = _f(bw * 6 / 5)  # topo.h INTEL_P2P_OVERHEAD
+    def _follow(self, p, start: int, dst: int, max_steps: int, bw: np.float32) -> int:
+        steps, intel = self.hops(start, dst, p)
+        pci_bw = _f(bw * 6 / 5) if intel else bw  # topo.h INTEL_P2P_OVERHEAD
+        live = self.bw
         for step in range(max_steps):
-            node, pos = p.links[step]
-            link = nodes[node].links[pos]
-            rem = link.dst
-            fw = pci_bw if link.kind == "PCI" else bw
+            node, pos, is_pci, old_gpu, power, rev = steps[step]
+            fw = pci_bw if is_pci else bw
             rev_bw = _f(0)
-            rev = None
-            rem_node = nodes[rem]
-            if rem_node.kind in ("DEV", "GPU") and rem_node.gpu is not None and rem_node.gpu.sm < 80 \
-                    and nodes[start].kind != "GPU" and (rem_node.kind == self.s.device_kind):
-                rev = self._rev(node, rem, link.kind)
+            if old_gpu:
                 rev_bw = rev_bw + fw / 8
-            if rem_node.kind == "CPU" and rem_node.cpu.arch == CPU_ARCH["ppc64"] and link.kind == "NVL":
-                rev = self._rev(node, rem, link.kind)
+            if power:
                 rev_bw = rev_bw + fw
-            if self.bw[node][pos] < fw or (rev_bw and self.bw[rev[0]][rev[1]] < rev_bw):
+            if live[node][pos] < fw or (rev_bw and live[rev[0]][rev[1]] < rev_bw):
                 return step
-            self.bw[node][pos] = _roundf(_f((self.bw[node][pos] - fw) * 1000)) / _f(1000)
+            live[node][pos] = _sub_round(live[node][pos], fw)
             if rev_bw:
-                self.bw[rev[0]][rev[1]] = _roundf(_f((self.bw[rev[0]][rev[1]] - rev_bw) * 1000)) / _f(1000)
+                live[rev[0]][rev[1]] = _sub_round(live[rev[0]][rev[1]], rev_bw)
         return max_steps
 
     def _rev(self, a: int, b: int, kind: str) -> tuple[int, int]:
@@ -207,9 +234,9 @@ class _Search:
         if mult == 1 and g.pattern in (BALANCED_TREE, TREE, SPLIT_TREE) and self.ptype(rev) > limit:
             return None
         bw = _f(bw * _f(mult))
-        step = self._follow(p, src, len(p.links), bw)
+        step = self._follow(p, src, dst, len(p.links), bw)
         if step < len(p.links):
-            self._follow(p, src, step, _f(-bw))
+            self._follow(p, src, dst, step, _f(-bw))
             return None
         g.n_hops += int(mult * len(p.links))
         return dst
@@ -278,6 +305,13 @@ class _Search:
 
     # -- NIC choice (ncclTopoSelectNets, ncclTopoSearchCheckNet)
     def select_nets(self, type_inter: int, gpu_k: int) -> list[int]:
+        key = (type_inter, gpu_k)
+        found = self._nets_for.get(key)
+        if found is None:
+            found = self._nets_for[key] = self._select_nets(type_inter, gpu_k)
+        return found
+
+    def _select_nets(self, type_inter: int, gpu_k: int) -> list[int]:
         s = self.s
         nets: list[int] = []
         if len(s.host_hashes) > 1:
@@ -804,7 +838,8 @@ def format_graph(paths: Paths, graph: Graph) -> list[str]:
              f"sameChannels {graph.same_channels}"]
 
     def label(kind: str, node_id: int) -> str:
-        return f"{kind}/{node_id >> 56:x}-{node_id & 0x00FFFFFFFFFFFFFF:x}"
+        # %lx of an int64: a missing NIC (-1) prints as ffffffffffffffff-ffffffffffffff
+        return f"{kind}/{(node_id >> 56) & 0xFFFFFFFFFFFFFFFF:x}-{node_id & 0x00FFFFFFFFFFFFFF:x}"
 
     gpu_id = {s.nodes[g].gpu.rank: s.nodes[g].id for g in s.gpus()}
     for c in range(graph.n_channels):

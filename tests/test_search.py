@@ -1,0 +1,70 @@
+"""Graph search against NCCL 2.30.7's own output (tests/golden/nccl-search), plus search properties."""
+import gzip
+from pathlib import Path
+
+import pytest
+
+from conftest import build
+from nicksim.params import read_params
+from nicksim.search import RING, format_graph, search_graph, search_graphs
+
+GOLDEN = Path(__file__).parent / "golden" / "nccl-search"
+CASES = sorted(p.name for p in GOLDEN.iterdir() if p.name.endswith((".txt", ".txt.gz")))
+
+
+def _read(name):
+    data = (GOLDEN / name).read_bytes()
+    text = gzip.decompress(data).decode() if name.endswith(".gz") else data.decode()
+    return [line.rstrip() for line in text.rstrip("\n").split("\n")]
+
+
+def _case(name):
+    parts = name.removesuffix(".gz").removesuffix(".txt").split(".")
+    version, system, shape = ".".join(parts[:3]), parts[3], parts[4]
+    env = {"NCCL_IGNORE_DISABLED_P2P": "2"}
+    if len(parts) > 5:
+        key, value = ".".join(parts[5:]).split("=")
+        env[key] = value
+    return version, system, 1 if shape == "1node" else 2, env
+
+
+def test_goldens_cover_the_catalog():
+    systems = {_case(n)[1] for n in CASES}
+    assert len(systems) == 8 and len(CASES) >= 16
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_search_matches_nccl(name):
+    version, system, nodes, env = _case(name)
+    _, paths = build(system, version[:4], env=env, nodes=nodes)
+    ours = [line.rstrip() for g in search_graphs(paths, read_params(env)).values() for line in format_graph(paths, g)]
+    theirs = _read(name)
+    assert len(ours) == len(theirs)
+    for mine, nccl in zip(ours, theirs, strict=True):
+        if len(nccl) >= 1000:  # cut by NCCL's 1024-byte log buffer
+            assert mine.startswith(nccl[:-2])
+        else:
+            assert mine == nccl
+
+
+def test_every_ring_visits_each_gpu_once_per_channel():
+    for system in ("dgx-h100", "pcie-8x-l40s", "dgx-a100"):
+        for nodes in (1, 2):
+            _, paths = build(system, nodes=nodes)
+            ring = search_graph(paths, read_params({}), RING, 0, 1, 32)
+            ranks = sorted(paths.system.nodes[g].gpu.rank for g in paths.system.gpus())
+            assert ring.n_channels >= 1
+            for channel in ring.intra:
+                assert sorted(channel) == ranks
+
+
+def test_no_path_falls_back_to_simple_order_and_says_so():
+    # Two nodes but no NIC: search.cc prints "Could not find a path for pattern 4, falling back to
+    # simple order" and returns one channel in rank order at bw 0.1 with no NIC (type SYS/DIS).
+    _, paths = build("dgx-h100", nodes=2, nics_per_node=0)
+    ring = search_graph(paths, read_params({}), RING, 0, 1, 32)
+    assert ring.fallback and "falling back to simple order" in ring.notes[0]
+    assert (ring.n_channels, round(ring.bw_intra, 6), ring.bw_inter) == (1, 0.1, 0.0)
+    assert (ring.type_intra, ring.type_inter) == ("SYS", "DIS")
+    assert ring.intra == (tuple(range(8)),)
+    assert format_graph(paths, ring)[1].startswith(" 0 : NET/ffffffffffffffff-ffffffffffffff GPU/0-1b000")
