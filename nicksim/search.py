@@ -11,7 +11,9 @@ sameChannels, per channel the GPU ranks and NICs), printed by `format_graph` as
 ncclTopoPrintGraph does.
 
 Bandwidths are float32 as in NCCL, so that the search takes the same branches.
-Modelled: the 2.30.7 search (DEV nodes, NVS neighbour preference, NIC selection policy AUTO).
+Checked line for line against NCCL 2.30.7, 2.22.3 and 2.19.4 on the catalog systems; the
+release lines in between take the 2.30 rules with the changes whose versions are known (SM100
+ladders and path-type bounds from 2.25, split-NVLink rings from 2.26) and are not yet checked.
 """
 from __future__ import annotations
 
@@ -153,6 +155,11 @@ class _Search:
         self._paths: dict[tuple[int, int], object] = {}
         self._hops: dict[tuple[int, int], tuple] = {}
         self._nets_for: dict[tuple[int, int], list[int]] = {}
+        minor = self.rules.version.minor
+        # search.cc until 2.22: fixed NVL/PIX starting types, crossNic 1 as "any NIC", NIC checks and
+        # "most local GPU" choice of that era (checked against NCCL 2.19.4 and 2.22.3).
+        self.legacy = minor <= 22
+        self.minor = minor
 
     # -- paths as NCCL indexes them (cached: the paths never change during a search)
     def path(self, src: int, dst: int):
@@ -221,6 +228,8 @@ class _Search:
         if src is None:
             return dst
         p = self.path(src, dst)
+        if self.minor <= 20 and (p is None or not p.links):
+            return dst  # until 2.20 an empty path succeeds at once
         rev = self.path(dst, src)
         kinds = (self.s.nodes[src].kind, self.s.nodes[dst].kind)
         intra = kinds[0] in ("GPU", "NVS") and kinds[1] in ("GPU", "NVS")
@@ -286,7 +295,7 @@ class _Search:
                 first = [prev_gpu, next_gpu]
             else:
                 first = [next_gpu]
-            if next_gpu == prev_gpu and len(first) == 2:
+            if next_gpu == prev_gpu and len(first) == 2 and self.minor >= 21:
                 first = first[:1]
             real = 0
             for f in first:
@@ -294,7 +303,8 @@ class _Search:
                     order.remove(f)
                     order.insert(0, f)
                     real += 1
-            count = real
+            if self.minor >= 21:
+                count = real  # from 2.21 only the neighbours are tried behind an NVSwitch
         return order[:count]
 
     def net_id_to_node(self, net_id: int) -> int:
@@ -322,7 +332,7 @@ class _Search:
             for k, gpu in enumerate(self.gpus):
                 if gpu_k != -1 and gpu_k != k:
                     continue
-                for n in self.nets[:MAXCHANNELS]:
+                for n in (self.nets[:MAXCHANNELS] if self.minor >= 21 else self.nets):
                     if self.ptype(self.path(gpu, n)) == t and n not in nets:
                         nets.append(n)
         return nets
@@ -365,6 +375,14 @@ class _Search:
 
     def check_net(self, g: _G, start: int, n: int, step: int) -> bool:
         net, first = self.s.nodes[n], self.s.nodes[start]
+        if self.legacy:
+            if g.pattern == TREE and net.id != first.id:
+                return False
+            if g.cross_nic != 1 and (net.net.asic != first.net.asic or net.net.port != first.net.port):
+                return False
+            if self.minor >= 20 and g.cross_nic and g.n_channels & 1 and net.id != g.inter[(g.n_channels - 1) * 2]:
+                return False
+            return not (g.pattern == BALANCED_TREE and step != 0 and net.id != g.inter[g.n_channels * 2 + 1])
         if net.net.plane != -1 and first.net.plane != -1 and net.net.plane != first.net.plane:
             return False
         if g.pattern == TREE and net.id != first.id:
@@ -390,6 +408,10 @@ class _Search:
             better = g.n_channels > best.n_channels and g.n_channels <= self.ngpus
             return better or _f(g.n_channels * g.bw_inter) > _f(best.n_channels * best.bw_inter)
         mine, theirs = _f(g.n_channels * g.bw_intra), _f(best.n_channels * best.bw_intra)
+        if self.minor <= 19:
+            # until 2.19: a 15% bonus for channels that do not cross NICs
+            target = _f(1.0 - (best.cross_nic - g.cross_nic) * 0.15)
+            theirs = _f(theirs * target)
         if mine > theirs:
             return True
         if mine < theirs:
@@ -498,6 +520,9 @@ class _Search:
         return self.rank_of.index(rank)
 
     def rec_net(self, g, best, back_net, back_first, time):
+        if self.legacy:
+            self._rec_net_legacy(g, best, back_net, back_first, time)
+            return
         bw = int(g.bw_inter)
         nets = self.select_nets(g.type_inter, -1)
         found = False
@@ -547,6 +572,68 @@ class _Search:
                     if local is not None and k == self.gpu_pos[local]:
                         continue
                     self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+            for m in twins:
+                self.net_bw[m] = _f(self.net_bw[m] + bw)
+
+    def _rec_net_legacy(self, g, best, back_net, back_first, time):
+        bw = int(g.bw_inter)
+        nets = self.select_nets(g.type_inter, -1)
+        found = False
+        for i in range(len(nets)):
+            if self.minor >= 22 and g.pattern in (NVLS, COLLNET_DIRECT) and found:
+                continue
+            if self.minor < 22 and g.pattern == NVLS and i > 0:
+                continue
+            n = nets[(g.n_channels + i) % len(nets)]
+            net = self.s.nodes[n]
+            if g.collnet and net.net.coll == 0:
+                continue
+            if self.net_bw[n] < bw:
+                continue
+            if self.minor >= 20 and g.cross_nic and (g.n_channels & 1) and \
+                    net.id != g.inter[(g.n_channels - 1) * 2 + 1]:
+                continue
+            g.inter[g.n_channels * 2] = net.id
+            g.latency_inter = _f(net.net.latency_us)
+            twins = [m for m in self.nets if self.s.nodes[m].net.asic == net.net.asic
+                     and self.s.nodes[m].net.port == net.net.port]
+            for m in twins:
+                self.net_bw[m] = _f(self.net_bw[m] - bw)
+            if g.pattern in (NVLS, COLLNET_DIRECT):
+                if g.n_channels < len(nets):
+                    local = self.local_gpu[n]
+                    k = self.gpu_pos[local] if local is not None else -1
+                    heads = [g.intra[c * self.ngpus] for c in range(g.n_channels)]
+                    if k != -1 and self.rank_of[k] in heads:
+                        continue  # 2.22 skips a duplicate head without giving the NIC bandwidth back
+                    if k != -1:
+                        self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                    found = True
+            else:
+                if g.n_channels > 0:
+                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
+                                 self._replay_gpu(g, -1))
+                if g.n_channels == 0 or g.same_channels == 0:
+                    if g.n_channels == 0 and not self.nvs:
+                        t = [1 << 10]
+                        self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+                        if t[0] == -1:
+                            time[0] = -1
+                    # Then the closest GPUs: highest bandwidth, then fewest hops, from this NIC.
+                    max_bw, min_hops = _f(0), 0xFFFFFFF
+                    for gpu in self.gpus:
+                        p = self.path(n, gpu)
+                        pbw = _f(p.bw_gbps)
+                        if pbw > max_bw:
+                            max_bw, min_hops = pbw, len(p.links)
+                        elif pbw == max_bw and len(p.links) < min_hops:
+                            min_hops = len(p.links)
+                    if max_bw >= bw:
+                        for j in range(self.ngpus):
+                            k = (g.n_channels + j) % self.ngpus
+                            p = self.path(n, self.gpus[k])
+                            if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
+                                self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
             for m in twins:
                 self.net_bw[m] = _f(self.net_bw[m] + bw)
 
@@ -605,8 +692,11 @@ def _split_nvlink(search: _Search) -> bool:
 
 
 def _ladder(search: _Search, cc_min: int) -> tuple[float, ...]:
+    """The speed ladder: SM100 ladders exist from 2.25 (before, Blackwell took the SM90 one)."""
     table = SPEEDS["inter" if search.inter else "intra"]
-    return table[100] if cc_min >= 100 else table[90] if cc_min >= 90 else table[0]
+    if cc_min >= 100 and search.minor >= 25:
+        return table[100]
+    return table[90] if cc_min >= 90 else table[0]
 
 
 def _deep(fn, *args):
@@ -656,31 +746,40 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
     g.cross_nic = 1 if cross == 1 else 0
     min_intra, min_inter = code("LOC"), code("PIX")
     max_intra = max_inter = code("SYS")
-    if ngpus > 1:
-        min_intra, max_intra = _min_max_path(search, "GPU")
-    if search.inter:
-        min_inter, max_inter = _min_max_path(search, "NET")
-        max_intra = max_inter
-    if cc_min < 90:
-        max_inter = code("SYS")
+    if search.minor < 25:
+        # Until 2.24 the search always starts at NVL (LOC for one GPU) and PIX, up to SYS.
+        min_intra = code("LOC") if ngpus == 1 else code("NVL")
+    else:
+        if ngpus > 1:
+            min_intra, max_intra = _min_max_path(search, "GPU")
+        if search.inter:
+            min_inter, max_inter = _min_max_path(search, "NET")
+            max_intra = max_inter
+        if cc_min < 90 and search.minor >= 29:
+            max_inter = code("SYS")
     g.type_intra, g.type_inter = min_intra, min_inter
     try_same = 0 if pattern == NVLS else 1
     g.same_channels = try_same
     notes: list[str] = []
-    if search.rules.version.minor != 30:
-        notes.append(f"the graph search follows NCCL 2.30.7's search.cc; changes in "
-                     f"{search.rules.version.line} are not modelled yet")
+    if 23 <= search.minor <= 29:
+        notes.append(f"the graph search of NCCL {search.rules.version.line} is modelled from the changes known "
+                     "between 2.22 and 2.30 and has not been checked against NCCL itself")
     if pattern == NVLS and (not search.nvs or cc_min < 90):
         return _freeze(g, search, notes)
     if pattern == NVLS:
-        g.max_channels = min(NVLS_ARITY, ngpus)
+        g.max_channels = min(NVLS_ARITY, ngpus) if search.minor >= 25 else ngpus
     if pattern == COLLNET_DIRECT:
-        g.max_channels = min(7 + 1, ngpus)
+        g.max_channels = min(7 + 1, ngpus) if search.minor >= 25 else ngpus
     if ngpus == 1 and pattern != RING:
         g.pattern = pattern = TREE
     if not search.inter and pattern == NVLS:
         g.min_channels = g.max_channels
-    if pattern == RING and _split_nvlink(search) and g.max_channels >= 2 and g.min_channels == 1:
+    if g.max_channels > MAXCHANNELS:
+        notes.append(f"NCCL {search.rules.version.line} asks for up to {g.max_channels} channels here, more than "
+                     f"its {MAXCHANNELS}-channel arrays hold (it overruns them); nicksim searches {MAXCHANNELS}")
+        g.max_channels = MAXCHANNELS
+    if pattern == RING and search.minor >= 26 and _split_nvlink(search) and g.max_channels >= 2 \
+            and g.min_channels == 1:
         g.min_channels = 2
 
     best = g  # the graph NCCL returns; every better solution is copied into it
@@ -720,16 +819,19 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
                 max_i = tmp.type_inter if search.inter else max_intra
                 if tmp.type_intra < max_i and (best.n_channels == 0 or tmp.type_intra < best.type_intra):
                     tmp.type_intra += 1
-                    if tmp.type_intra < code("DIS"):
+                    if tmp.type_intra < code("DIS") or search.minor < 27:
                         continue
                 tmp.type_intra = min_intra
                 if search.inter and tmp.type_inter < max_inter and (
                         best.n_channels == 0 or tmp.type_inter < best.type_inter or tmp.type_inter < code("PXN")):
                     tmp.type_inter += 1
-                    if tmp.type_inter < code("DIS"):
+                    if tmp.type_inter < code("DIS") or search.minor < 27:
                         continue
                 tmp.type_inter = min_inter
-                if cross == 2 and tmp.cross_nic == 0 and best.pattern in (RING, BALANCED_TREE):
+                if search.legacy and cross == 2 and tmp.cross_nic == 0:
+                    tmp.cross_nic = 1  # until 2.22 "try another NIC" was crossNic 1
+                    continue
+                if not search.legacy and cross == 2 and tmp.cross_nic == 0 and best.pattern in (RING, BALANCED_TREE):
                     tmp.cross_nic = 2
                     continue
                 tmp.cross_nic = 1 if cross == 1 else 0
@@ -831,26 +933,44 @@ def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
 
 
 def format_graph(paths: Paths, graph: Graph) -> list[str]:
-    """ncclTopoPrintGraph: the Pattern line and one line per channel."""
+    """ncclTopoPrintGraph: the Pattern line and one line per channel, in the version's format
+    (NIC as %d until 2.21, %lx in 2.22, sys-local from 2.23 — 2.23 printing the first NIC's local id
+    for the last one; GPUs by rank until 2.26, by topology id with one GPU per NVLS channel after)."""
     s = paths.system
+    minor = s.rules.version.minor
     lines = [f"Pattern {graph.pattern}, crossNic {graph.cross_nic}, nChannels {graph.n_channels}, "
              f"bw {graph.bw_intra:f}/{graph.bw_inter:f}, type {graph.type_intra}/{graph.type_inter}, "
              f"sameChannels {graph.same_channels}"]
 
-    def label(kind: str, node_id: int) -> str:
-        # %lx of an int64: a missing NIC (-1) prints as ffffffffffffffff-ffffffffffffff
-        return f"{kind}/{(node_id >> 56) & 0xFFFFFFFFFFFFFFFF:x}-{node_id & 0x00FFFFFFFFFFFFFF:x}"
+    def sys_id(node_id: int) -> str:  # %lx of an int64 shifted right: -1 prints as ffffffffffffffff
+        return f"{(node_id >> 56) & 0xFFFFFFFFFFFFFFFF:x}"
+
+    def local_id(node_id: int) -> str:
+        return f"{node_id & 0x00FFFFFFFFFFFFFF:x}"
+
+    def net_label(c: int, end: int) -> str:
+        node_id = graph.inter[c][end]
+        if minor <= 21:
+            low = node_id & 0xFFFFFFFF
+            return f"NET/{low - (1 << 32) if low >= 1 << 31 else low}"
+        if minor == 22:
+            return f"NET/{node_id & 0xFFFFFFFFFFFFFFFF:x}"
+        local = graph.inter[c][0] if (minor == 23 and end == 1) else node_id
+        return f"NET/{sys_id(node_id)}-{local_id(local)}"
 
     gpu_id = {s.nodes[g].gpu.rank: s.nodes[g].id for g in s.gpus()}
     for c in range(graph.n_channels):
         line = f"{c:2d} :"
         if graph.inter_node:
-            line += " " + label("NET", graph.inter[c][0])
+            line += " " + net_label(c, 0)
         for rank in graph.intra[c]:
-            line += " " + label("GPU", gpu_id[rank])
-            if graph.id == 3:
-                break
+            if minor >= 27:
+                line += f" GPU/{sys_id(gpu_id[rank])}-{local_id(gpu_id[rank])}"
+                if graph.id == 3:
+                    break  # NVLS channels name only their head
+            else:
+                line += f" GPU/{rank}"
         if graph.inter_node:
-            line += " " + label("NET", graph.inter[c][1])
+            line += " " + net_label(c, 1)
         lines.append(line)
     return lines
