@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Sequence
 
 from .catalog import CATALOG, DEFAULT_SYSTEM, load_node
@@ -20,7 +21,7 @@ from .fill import FillOptions
 from .hardware import FABRICS, GPU_MODELS, fabric, gpu_model
 from .params import Params, read_params
 from .paths import compute_paths, format_nccl_paths, format_paths
-from .search import format_graph, search_graphs
+from .search import format_graph, graphs_xml, search_graphs
 from .topo import build_system, format_system
 from .xml import write_topo_xml
 
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_system_options(search)
     search.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
                         help="search as this rank (NCCL trims the system to the rank's domain; default 0)")
+    search.add_argument("--dump-graph", metavar="FILE",
+                        help="write the graphs as NCCL_GRAPH_DUMP_FILE does (also read from that variable)")
     search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     search.set_defaults(run=_run_search)
     return parser
@@ -155,9 +158,16 @@ def _prepare(args, params: Params):
 
 def _run_search(args, params: Params) -> int:
     _, _, paths, _ = _prepare(args, params)
-    for graph in search_graphs(paths, params).values():
+    graphs = search_graphs(paths, params)
+    for graph in graphs.values():
         _warn(graph.notes)
         print("\n".join(format_graph(paths, graph)))
+    dump = args.dump_graph or params.get("NCCL_GRAPH_DUMP_FILE")
+    if dump:
+        try:
+            Path(dump).write_text(graphs_xml(paths, graphs), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write: {exc.strerror}", dump, "a writable file path") from None
     return 0
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "search_graph",
     "search_graphs",
     "format_graph",
+    "graphs_xml",
     "SPEEDS",
 ]
 
@@ -974,3 +975,55 @@ def format_graph(paths: Paths, graph: Graph) -> list[str]:
             line += " " + net_label(c, 1)
         lines.append(line)
     return lines
+
+
+def _dev_attr(value: int, minor: int) -> str:
+    """A channel's dev attribute: xmlSetAttrLong ("%#" PRIx64: "0", "0x7") from 2.21, xmlSetAttrInt before."""
+    if minor <= 20:
+        low = value & 0xFFFFFFFF
+        return str(low - (1 << 32) if low >= 1 << 31 else low)
+    value &= 0xFFFFFFFFFFFFFFFF
+    return "0" if value == 0 else f"{value:#x}"
+
+
+def _graph_element(paths: Paths, graph: Graph | None, gid: int, pattern: int) -> list[str]:
+    s = paths.system
+    minor = s.rules.version.minor
+    if graph is None or graph.n_channels == 0:
+        return [f'  <graph id="{gid}" pattern="{pattern}" crossnic="0" nchannels="0" speedintra="0" '
+                f'speedinter="0" latencyinter="0" typeintra="LOC" typeinter="LOC" samechannels="0"/>']
+    out = [f'  <graph id="{graph.id}" pattern="{graph.pattern}" crossnic="{graph.cross_nic}" '
+           f'nchannels="{graph.n_channels}" speedintra="{graph.bw_intra:g}" speedinter="{graph.bw_inter:g}" '
+           f'latencyinter="{graph.latency_inter:g}" typeintra="{graph.type_intra}" typeinter="{graph.type_inter}" '
+           f'samechannels="{graph.same_channels}">']
+    dev_of = {s.nodes[g].gpu.rank: (s.nodes[g].system_id << 56) + s.nodes[g].gpu.dev for g in s.gpus()}
+    for c in range(graph.n_channels):
+        out.append("    <channel>")
+        if graph.inter_node:
+            out.append(f'      <net dev="{_dev_attr(graph.inter[c][0], minor)}"/>')
+        for rank in graph.intra[c]:
+            rank_attr = f' rank="{rank}"' if minor >= 30 else ""
+            out.append(f'      <gpu dev="{_dev_attr(dev_of[rank], minor)}"{rank_attr}/>')
+            if graph.id == 3 and minor >= 21:
+                break  # NVLS graphs only name their head (2.21+; before, the rest of the row is written too)
+        if graph.inter_node:
+            out.append(f'      <net dev="{_dev_attr(graph.inter[c][1], minor)}"/>')
+        out.append("    </channel>")
+    out.append("  </graph>")
+    return out
+
+
+def graphs_xml(paths: Paths, graphs: dict[str, Graph]) -> str:
+    """The graphs as NCCL_GRAPH_DUMP_FILE writes them (ncclTopoDumpGraphs), in the version's order:
+    ring, tree, CollNet (one graph until 2.21; direct then chain after, direct with id 2 in 2.22 and
+    4 from 2.23), NVLS — the ones not searched written empty."""
+    minor = paths.system.rules.version.minor
+    lines = ['<graphs version="1">']
+    lines += _graph_element(paths, graphs.get("ring"), 0, RING)
+    lines += _graph_element(paths, graphs.get("tree"), 1, BALANCED_TREE)
+    if minor >= 22:
+        lines += _graph_element(paths, None, 2 if minor == 22 else 4, COLLNET_DIRECT)
+    lines += _graph_element(paths, None, 2, TREE)
+    lines += _graph_element(paths, graphs.get("nvls"), 3, NVLS)
+    lines.append("</graphs>")
+    return "\n".join(lines) + "\n"

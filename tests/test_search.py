@@ -68,3 +68,28 @@ def test_no_path_falls_back_to_simple_order_and_says_so():
     assert (ring.type_intra, ring.type_inter) == ("SYS", "DIS")
     assert ring.intra == (tuple(range(8)),)
     assert format_graph(paths, ring)[1].startswith(" 0 : NET/ffffffffffffffff-ffffffffffffff GPU/0-1b000")
+
+
+XML_GOLDEN = Path(__file__).parent / "golden" / "nccl-graph-xml"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in XML_GOLDEN.glob("*.graph.xml")))
+def test_graph_dump_matches_nccl(name, tmp_path):
+    from conftest import run_cli
+    from nicksim.search import graphs_xml
+    parts = name.split(".")
+    version, system, shape = ".".join(parts[:2]), parts[3], parts[4]
+    env = {"NCCL_IGNORE_DISABLED_P2P": "2"}
+    _, paths = build(system, version, env=env, nodes=1 if shape == "1node" else 2)
+    ours = graphs_xml(paths, search_graphs(paths, read_params(env)))
+    assert ours == (XML_GOLDEN / name).read_text()
+
+
+def test_search_command_prints_and_dumps(tmp_path):
+    from conftest import run_cli
+    dump = tmp_path / "graphs.xml"
+    result = run_cli("search", "dgx-h100", "--nodes", "2", "--dump-graph", str(dump),
+                     env={"NCCL_IGNORE_DISABLED_P2P": "2"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Pattern 4, crossNic 2, nChannels 8, bw 48.000000/48.000000, type NVL/PIX")
+    assert dump.read_text() == (XML_GOLDEN / "2.30.7.dgx-h100.2nodes.graph.xml").read_text()
