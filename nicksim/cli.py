@@ -21,6 +21,7 @@ from .fill import FillOptions
 from .hardware import FABRICS, GPU_MODELS, fabric, gpu_model
 from .params import Params, read_params
 from .paths import compute_paths, format_nccl_paths, format_paths
+from .connect import connect, format_channels
 from .search import format_graph, graphs_xml, search_graphs
 from .topo import build_system, format_system
 from .xml import write_topo_xml
@@ -104,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     search = sub.add_parser("search", help="run NCCL's graph search and print its Pattern/channel lines")
     _add_system_options(search)
     search.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
-                        help="search as this rank (NCCL trims the system to the rank's domain; default 0)")
+                        help="the rank whose channels and trees to print (default 0)")
     search.add_argument("--dump-graph", metavar="FILE",
                         help="write the graphs as NCCL_GRAPH_DUMP_FILE does (also read from that variable)")
     search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -144,10 +145,11 @@ def _prepare(args, params: Params):
     system = build_system(filled.doc, rules, notes=filled.notes)
     nranks = args.nodes * len(system.gpus())
     ranks = sorted(system.nodes[g].gpu.rank for g in system.gpus())
-    if ranks and args.rank not in ranks:
-        raise UsageError(f"rank {args.rank} has no GPU in this node", "--rank", f"one of {ranks[0]}..{ranks[-1]}")
-    paths = compute_paths(system, params, nranks=nranks, rank=args.rank if ranks else None,
-                          net_plugin=fab.net_plugin)
+    if ranks and args.rank >= nranks:
+        raise UsageError(f"rank {args.rank} is not in a job of {nranks} ranks", "--rank", f"0..{nranks - 1}")
+    # Nodes are identical: rank R sees its node as local rank R mod (GPUs per node) sees node 0.
+    local = ranks[args.rank % len(ranks)] if ranks else None
+    paths = compute_paths(system, params, nranks=nranks, rank=local, net_plugin=fab.net_plugin)
     cluster = build_cluster(system, paths, ClusterSpec(
         nodes=args.nodes, fabric=fab, rail_optimized=args.rail, hosts_per_leaf=args.hosts_per_leaf,
         oversubscription=args.oversubscription, switch_lat_us=args.switch_lat_us))
@@ -162,6 +164,12 @@ def _run_search(args, params: Params) -> int:
     for graph in graphs.values():
         _warn(graph.notes)
         print("\n".join(format_graph(paths, graph)))
+    if len(paths.system.gpus()) == len(paths.node_system.gpus()):
+        channels = connect(paths, graphs, params, args.nodes, args.rank)
+        print("\n".join(format_channels(channels)))
+    else:
+        _warn([f"rank {args.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "
+               "GPUs (NCCL splits the node into domains); channels across such domains are not modelled yet"])
     dump = args.dump_graph or params.get("NCCL_GRAPH_DUMP_FILE")
     if dump:
         try:

@@ -98,6 +98,7 @@ def _bad_files(tmp_path):
     ("version", ["topo", "--nccl-version", "2.17"], "valid: 2.18"),
     ("env flag", ["topo", "--env", "NCCL_P2P_LEVEL"], "KEY=VALUE"),
     ("too many gpus", ["topo", "--gpus-per-node", "9"], "--gpus-per-node"),
+    ("rank outside the job", ["search", "--nodes", "2", "--rank", "16"], "--rank"),
     ("nic speed", ["topo", "--nic-gbps", "-5"], "--nic-gbps"),
     ("oversubscription", ["topo", "--nodes", "2", "--oversubscription", "0.5"], "--oversubscription"),
     ("no command", [], "COMMAND"),

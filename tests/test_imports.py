@@ -3,7 +3,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nicksim"
-CORE = {"errors", "params", "xml", "hardware", "fill", "topo", "catalog", "cluster", "paths", "trees", "search", "constants"}
+CORE = {"errors", "params", "xml", "hardware", "fill", "topo", "catalog", "cluster", "paths", "trees", "search", "connect", "constants"}
 ENGINE_PARTS = {"model", "realhw", "engines", "cli", "dashboard"}
 
 
