@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .errors import UsageError
 from .params import Params
 from .paths import Paths
-from .search import BALANCED_TREE, SPLIT_TREE, TREE, Graph
+from .search import SPLIT_TREE, TREE, Graph
 from .trees import dtree
 
 __all__ = ["Channels", "connect", "format_channels"]

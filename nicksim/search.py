@@ -150,7 +150,9 @@ class _Search:
         self.net_pos = {n: k for k, n in enumerate(self.nets)}
         self.local_gpu = {n: _local_gpu_of_net(self.table, s, n) for n in self.nets}
         self.rank_of = [s.nodes[g].gpu.rank for g in self.gpus]
-        self.cpu = s.nodes[s.of_kind("CPU")[0]].cpu if s.of_kind("CPU") else None
+        cpus = s.of_kind("CPU")
+        self.amd = bool(cpus) and s.nodes[cpus[0]].cpu.arch == CPU_ARCH["x86_64"] \
+            and s.nodes[cpus[0]].cpu.vendor == CPU_VENDOR["AuthenticAMD"]
         self._codes = {name: i for i, name in enumerate(self.rules.path_names)}
         self._dis = self._codes["DIS"]
         self._paths: dict[tuple[int, int], object] = {}
@@ -802,9 +804,8 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
         search.rec(tmp, best, time)
         done = time[0] == -1 or _f(best.n_channels * best.bw_inter) >= _f(paths.total_bw)
         if not done and pass_ == 1:
-            if tmp.same_channels == 1 and not (s.nodes[s.of_kind("CPU")[0]].cpu.arch == CPU_ARCH["x86_64"]
-                                               and s.nodes[s.of_kind("CPU")[0]].cpu.vendor == CPU_VENDOR["AuthenticAMD"]
-                                               and tmp.type_intra == code("SYS")):
+            # Try different channels, except through AMD CPUs at SYS
+            if tmp.same_channels == 1 and not (search.amd and tmp.type_intra == code("SYS")):
                 tmp.same_channels = 0
                 continue
             tmp.same_channels = try_same

@@ -74,8 +74,7 @@ XML_GOLDEN = Path(__file__).parent / "golden" / "nccl-graph-xml"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in XML_GOLDEN.glob("*.graph.xml")))
-def test_graph_dump_matches_nccl(name, tmp_path):
-    from conftest import run_cli
+def test_graph_dump_matches_nccl(name):
     from nicksim.search import graphs_xml
     parts = name.split(".")
     version, system, shape = ".".join(parts[:2]), parts[3], parts[4]
