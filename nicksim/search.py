@@ -533,20 +533,9 @@ class _Search:
             if g.pattern in (NVLS, COLLNET_DIRECT) and found:
                 break
             n = nets[(g.n_channels + i) % len(nets)]
-            net = self.s.nodes[n]
-            if g.collnet and net.net.coll == 0:
+            twins = self._take_net(g, n, bw)
+            if twins is None:
                 continue
-            if self.net_bw[n] < bw:
-                continue
-            if g.pattern == RING and g.cross_nic == 2 and (g.n_channels & 1) and \
-                    net.id != g.inter[(g.n_channels - 1) * 2 + 1]:
-                continue
-            g.inter[g.n_channels * 2] = net.id
-            g.latency_inter = _f(net.net.latency_us)
-            twins = [m for m in self.nets if self.s.nodes[m].net.asic == net.net.asic
-                     and self.s.nodes[m].net.port == net.net.port]
-            for m in twins:
-                self.net_bw[m] = _f(self.net_bw[m] - bw)
             if g.pattern in (NVLS, COLLNET_DIRECT):
                 if g.n_channels < len(nets):
                     local = self.local_gpu[n]
@@ -578,6 +567,28 @@ class _Search:
             for m in twins:
                 self.net_bw[m] = _f(self.net_bw[m] + bw)
 
+    def _take_net(self, g, n: int, bw: int) -> list[int] | None:
+        """Start a channel at NIC n: None if NCCL skips it, else the NICs sharing its port (whose
+        bandwidth is now reserved, to give back when the channel is abandoned)."""
+        net = self.s.nodes[n]
+        if g.collnet and net.net.coll == 0:
+            return None
+        if self.net_bw[n] < bw:
+            return None
+        odd_channel = g.n_channels & 1 and net.id != g.inter[(g.n_channels - 1) * 2 + 1]
+        if self.legacy:
+            if self.minor >= 20 and g.cross_nic and odd_channel:
+                return None
+        elif g.pattern == RING and g.cross_nic == 2 and odd_channel:
+            return None
+        g.inter[g.n_channels * 2] = net.id
+        g.latency_inter = _f(net.net.latency_us)
+        twins = [m for m in self.nets if self.s.nodes[m].net.asic == net.net.asic
+                 and self.s.nodes[m].net.port == net.net.port]
+        for m in twins:
+            self.net_bw[m] = _f(self.net_bw[m] - bw)
+        return twins
+
     def _rec_net_legacy(self, g, best, back_net, back_first, time):
         bw = int(g.bw_inter)
         nets = self.select_nets(g.type_inter, -1)
@@ -588,20 +599,9 @@ class _Search:
             if self.minor < 22 and g.pattern == NVLS and i > 0:
                 continue
             n = nets[(g.n_channels + i) % len(nets)]
-            net = self.s.nodes[n]
-            if g.collnet and net.net.coll == 0:
+            twins = self._take_net(g, n, bw)
+            if twins is None:
                 continue
-            if self.net_bw[n] < bw:
-                continue
-            if self.minor >= 20 and g.cross_nic and (g.n_channels & 1) and \
-                    net.id != g.inter[(g.n_channels - 1) * 2 + 1]:
-                continue
-            g.inter[g.n_channels * 2] = net.id
-            g.latency_inter = _f(net.net.latency_us)
-            twins = [m for m in self.nets if self.s.nodes[m].net.asic == net.net.asic
-                     and self.s.nodes[m].net.port == net.net.port]
-            for m in twins:
-                self.net_bw[m] = _f(self.net_bw[m] - bw)
             if g.pattern in (NVLS, COLLNET_DIRECT):
                 if g.n_channels < len(nets):
                     local = self.local_gpu[n]
