@@ -15,7 +15,7 @@ from typing import Sequence
 
 from .catalog import CATALOG, DEFAULT_SYSTEM, load_node
 from .cluster import ClusterSpec, build_cluster, format_cluster
-from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version, topo_rules
+from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version, topo_rules, tuning_tables
 from .errors import NickSimError, UsageError
 from .fill import FillOptions
 from .hardware import FABRICS, GPU_MODELS, fabric, gpu_model
@@ -24,6 +24,7 @@ from .paths import compute_paths, format_nccl_paths, format_paths
 from .connect import connect, format_channels
 from .search import format_graph, graphs_xml, search_graphs
 from .topo import build_system, format_system
+from .tuning import format_thread_thresholds, thread_thresholds
 from .xml import write_topo_xml
 
 __all__ = ["main", "build_parser"]
@@ -167,6 +168,8 @@ def _run_search(args, params: Params) -> int:
     if len(paths.system.gpus()) == len(paths.node_system.gpus()):
         channels = connect(paths, graphs, params, args.nodes, args.rank)
         print("\n".join(format_channels(channels)))
+        tables = tuning_tables(paths.system.rules.version)
+        print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
     else:
         _warn([f"rank {args.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "
                "GPUs (NCCL splits the node into domains); channels across such domains are not modelled yet"])

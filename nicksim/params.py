@@ -110,6 +110,7 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_IB_HCA", None, "str", "IB devices to use"),
     _k("NCCL_DEBUG", None, "str", "log level: VERSION WARN INFO TRACE"),
     _k("NCCL_DEBUG_SUBSYS", None, "str", "log subsystems"),
+    _k("NCCL_THREAD_THRESHOLDS", None, "str", "Tree and Ring thread thresholds: 'LL LL128 Simple LL LL128 Simple'"),
     _k("NCCL_NET_OVERHEAD", None, "int", "per-step network overhead in ns (tuning)"),
 )})
 

@@ -14,6 +14,7 @@ from .versions import (
     parse_version,
 )
 from .topo_rules import TopoRules, topo_rules
+from .tuning_tables import TuningTables, tuning_tables
 
 __all__ = [
     "DEFAULT_VERSION",
@@ -22,4 +23,6 @@ __all__ = [
     "parse_version",
     "TopoRules",
     "topo_rules",
+    "TuningTables",
+    "tuning_tables",
 ]
