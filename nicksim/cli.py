@@ -24,7 +24,7 @@ from .paths import compute_paths, format_nccl_paths, format_paths
 from .connect import connect, format_channels
 from .search import format_graph, graphs_xml, search_graphs
 from .topo import build_system, format_system
-from .tuning import format_thread_thresholds, thread_thresholds
+from .tuning import format_thread_thresholds, format_tuning_table, thread_thresholds, tune_inputs, tune_model
 from .xml import write_topo_xml
 
 __all__ = ["main", "build_parser"]
@@ -169,6 +169,12 @@ def _run_search(args, params: Params) -> int:
         channels = connect(paths, graphs, params, args.nodes, args.rank)
         print("\n".join(format_channels(channels)))
         tables = tuning_tables(paths.system.rules.version)
+        if _debug_subsys(params, "TUNING") and args.rank == 0:
+            if tables.version.minor == 30:
+                table = tune_model(tables, tune_inputs(paths, graphs, args.nodes), params)
+                print("\n".join(format_tuning_table(table)))
+            else:
+                _warn([f"the TUNING table of NCCL {tables.version.line} is not modelled yet (2.30 is)"])
         print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
     else:
         _warn([f"rank {args.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "
@@ -180,6 +186,14 @@ def _run_search(args, params: Params) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write: {exc.strerror}", dump, "a writable file path") from None
     return 0
+
+
+def _debug_subsys(params: Params, name: str) -> bool:
+    """Whether NCCL_DEBUG_SUBSYS selects a subsystem (NCCL's default is INIT,BOOTSTRAP,ENV)."""
+    text = params.get("NCCL_DEBUG_SUBSYS") or "INIT,BOOTSTRAP,ENV"
+    chosen = {s.strip().upper() for s in text.lstrip("^").split(",")}
+    hit = name in chosen or "ALL" in chosen
+    return not hit if text.startswith("^") else hit
 
 
 def _run_topo(args, params: Params) -> int:

@@ -110,6 +110,10 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_IB_HCA", None, "str", "IB devices to use"),
     _k("NCCL_DEBUG", None, "str", "log level: VERSION WARN INFO TRACE"),
     _k("NCCL_DEBUG_SUBSYS", None, "str", "log subsystems"),
+    _k("NCCL_NTHREADS", -2, "int", "threads per CTA for LL and Simple (multiple of 32, 64-512)"),
+    _k("NCCL_LL128_NTHREADS", -2, "int", "threads per CTA for LL128 (multiple of 32, 160-640)"),
+    _k("NCCL_PAT_ENABLE", 2, "int", "PAT algorithm for AllGather/ReduceScatter: 0 off, 1 on, 2 auto (1 GPU per node)", "2.23"),
+    _k("NCCL_LL128_C2C", 1, "int", "LL128 by default up to PXN paths on SM90+ (0: only up to PXB)", "2.27"),
     _k("NCCL_THREAD_THRESHOLDS", None, "str", "Tree and Ring thread thresholds: 'LL LL128 Simple LL LL128 Simple'"),
     _k("NCCL_NET_OVERHEAD", None, "int", "per-step network overhead in ns (tuning)"),
 )})

@@ -1,18 +1,49 @@
 """NCCL's time model (src/graph/tuning.cc), one phase after channels are connected.
 
 This module promises the decisions ncclTopoTuneModel makes from the tuning tables of the
-release being modelled. So far: the per-algorithm, per-protocol thread thresholds and their
-`threadThresholds ...` INFO line, including NCCL_THREAD_THRESHOLDS overrides.
+release being modelled: per collective, algorithm and protocol a latency (us) and a bandwidth
+(GB/s of algorithm bandwidth, 0 where NCCL would not use the pair), the maximum threads, the
+thread thresholds, and NCCL's own `NCCL_DEBUG_SUBSYS=TUNING` table and `threadThresholds` line.
+The cost table follows NCCL 2.30's tuning.cc; other release lines are refused until modelled.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
-from .constants.tuning_tables import TuningTables
+from .constants.tuning_tables import ALGORITHMS, PROTOCOLS, TuningTables
+from .errors import UsageError
 from .params import Params
+from .paths import Paths
+from .search import Graph
 
-__all__ = ["ThreadThresholds", "thread_thresholds", "format_thread_thresholds"]
+__all__ = [
+    "FUNCTIONS",
+    "TuneInputs",
+    "tune_inputs",
+    "CostTable",
+    "tune_model",
+    "format_tuning_table",
+    "ThreadThresholds",
+    "thread_thresholds",
+    "format_thread_thresholds",
+]
+
+# ncclFuncStr (init.cc): the collectives the time model prices (NCCL_NUM_FUNCTIONS 5).
+FUNCTIONS: tuple[str, ...] = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+
+# src/include/device.h, unchanged 2.18-2.30.
+WARP_SIZE = 32
+NCCL_MAX_NTHREADS = 640
+NCCL_SIMPLE_MAX_NTHREADS = 512
+NCCL_LL_MAX_NTHREADS = 512
+NCCL_LL128_MAX_NTHREADS = 640
+PCI_BW_GBPS = 12.0  # graph/topo.h PCI_BW (Gen3 x16)
+
+# topo.cc CPU enums, as nicksim.topo stores them.
+_ARCH_POWER, _VENDOR_INTEL, _VENDOR_AMD, _ARCH_X86 = 2, 1, 2, 1
+_VENDOR_MIXED = -2  # more than one vendor among the job's hosts (init.cc NCCL_TOPO_CPU_VENDOR_MIXED)
 
 
 @dataclass(frozen=True)
@@ -68,3 +99,340 @@ def format_thread_thresholds(thresholds: ThreadThresholds) -> str:
     ring = "/".join(str(v) for v in thresholds.ring)
     return (f"threadThresholds {tree} | {ring} | {thresholds.collnet_direct_simple} | "
             f"{thresholds.collnet_chain_simple}")
+
+
+@dataclass(frozen=True)
+class TuneInputs:
+    """What ncclTopoTuneModel reads from the communicator.
+
+    `graphs` maps ring/tree/nvls to the searched graphs after init's cross-rank reduction
+    (ring and tree share the smaller channel count); a graph NCCL did not search is absent.
+    `path_rank` orders path names as the release's PATH_* enum does.
+    """
+
+    n_ranks: int
+    n_nodes: int
+    min_compcap: int
+    max_compcap: int
+    cpu_arch: int
+    cpu_vendor: int
+    nvs_count: int
+    graphs: dict
+    path_rank: dict
+    max_tree_pattern: int
+
+
+def tune_inputs(paths: Paths, graphs: dict[str, Graph], n_nodes: int) -> TuneInputs:
+    """The communicator as init.cc hands it to the time model: ring and tree cut to the
+    smaller of their channel counts, CPU type of the first CPU, the job's SM range."""
+    from dataclasses import replace
+    system = paths.node_system
+    sms = [system.nodes[g].gpu.sm for g in system.gpus()]
+    cpus = system.of_kind("CPU")
+    cpu = system.nodes[cpus[0]].cpu if cpus else None
+    n_channels = min(graphs["ring"].n_channels, graphs["tree"].n_channels)
+    reduced = dict(graphs)
+    reduced["ring"] = replace(graphs["ring"], n_channels=n_channels)
+    reduced["tree"] = replace(graphs["tree"], n_channels=n_channels)
+    names = system.rules.path_names
+    return TuneInputs(
+        n_ranks=n_nodes * len(sms), n_nodes=n_nodes, min_compcap=min(sms), max_compcap=max(sms),
+        cpu_arch=cpu.arch if cpu else 0, cpu_vendor=cpu.vendor if cpu else 0,
+        nvs_count=len(system.of_kind("NVS")), graphs=reduced,
+        path_rank={name: i for i, name in enumerate(names)}, max_tree_pattern=graphs["tree"].pattern)
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """comm->latencies, comm->bandwidths and comm->maxThreads as NCCL fills them.
+
+    `lat_us[f][a][p]` and `bw_gbps[f][a][p]` are indexed by FUNCTIONS, the release's
+    algorithms and PROTOCOLS; a bandwidth of 0 means NCCL never picks that combination.
+    """
+
+    algorithms: tuple[str, ...]
+    lat_us: tuple[tuple[tuple[float, ...], ...], ...]
+    bw_gbps: tuple[tuple[tuple[float, ...], ...], ...]
+    max_threads: tuple[tuple[int, ...], ...]
+
+    def lat(self, func: str, algorithm: str, protocol: str) -> float:
+        return self.lat_us[FUNCTIONS.index(func)][self.algorithms.index(algorithm)][PROTOCOLS.index(protocol)]
+
+    def bw(self, func: str, algorithm: str, protocol: str) -> float:
+        return self.bw_gbps[FUNCTIONS.index(func)][self.algorithms.index(algorithm)][PROTOCOLS.index(protocol)]
+
+
+_NO_GRAPH = Graph(id=-1, pattern=0, cross_nic=0, n_channels=0, bw_intra=0.0, bw_inter=0.0, latency_inter=0.0,
+                  type_intra="LOC", type_inter="LOC", same_channels=0, n_hops=0, intra=(), inter=())
+
+
+def _algo_graphs(inputs: TuneInputs) -> dict[str, Graph]:
+    """init.cc's graphs[] array: {tree, ring, collNetDirect, collNetChain, nvls, nvls, tree}."""
+    g = inputs.graphs
+    nvls = g.get("nvls", _NO_GRAPH)
+    return {"Tree": g["tree"], "Ring": g["ring"], "CollNetDirect": _NO_GRAPH, "CollNetChain": _NO_GRAPH,
+            "NVLS": nvls, "NVLSTree": nvls, "PAT": g["tree"]}
+
+
+def _n_threads(name: str, value: int, low: int, high: int, default: int) -> int:
+    """getNthreads: a multiple of the warp size within [low, high], else NCCL's fallback."""
+    if value <= 0:
+        return default
+    if value % WARP_SIZE != 0 or value > high:
+        return high
+    return max(value, low)
+
+
+def _max_threads(inputs: TuneInputs, params: Params, algorithms) -> tuple[tuple[int, ...], ...]:
+    ring = inputs.graphs["ring"]
+    nthreads = params.get("NCCL_NTHREADS") or -2
+    ll128_nthreads = params.get("NCCL_LL128_NTHREADS") or -2
+    simple_default = 256 if ring.bw_intra * ring.n_channels <= PCI_BW_GBPS else NCCL_SIMPLE_MAX_NTHREADS
+    ll = _n_threads("NCCL_NTHREADS", nthreads, 2 * WARP_SIZE, NCCL_LL_MAX_NTHREADS, NCCL_LL_MAX_NTHREADS)
+    ll128 = _n_threads("NCCL_LL128_NTHREADS", ll128_nthreads, NCCL_LL128_MAX_NTHREADS // 4,
+                       NCCL_LL128_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS)
+    table = {a: [0, 0, 0] for a in algorithms}
+    table["Ring"] = [ll, ll128, _n_threads("NCCL_NTHREADS", nthreads, 2 * WARP_SIZE, NCCL_SIMPLE_MAX_NTHREADS,
+                                           simple_default)]
+    table["Tree"] = [ll, ll128, _n_threads("NCCL_NTHREADS", nthreads, 2 * WARP_SIZE, NCCL_SIMPLE_MAX_NTHREADS,
+                                           NCCL_SIMPLE_MAX_NTHREADS)]
+    for a in ("CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"):
+        table[a][2] = NCCL_MAX_NTHREADS
+    return tuple(tuple(table[a]) for a in algorithms)
+
+
+def _skipped(func: str, algo: str, proto: str, pat_enabled: bool) -> bool:
+    """Combinations tuning.cc never prices (their latency and bandwidth stay 0)."""
+    if func in ("Broadcast", "Reduce") and algo != "Ring":
+        return True
+    if func in ("ReduceScatter", "AllGather") and algo not in ("PAT", "Ring", "NVLS", "CollNetDirect"):
+        return True
+    if func == "AllReduce" and algo == "PAT":
+        return True
+    if algo in ("NVLS", "NVLSTree") and proto != "Simple":
+        return True
+    return func in ("ReduceScatter", "AllGather") and algo == "PAT" and (proto != "Simple" or not pat_enabled)
+
+
+def _pat_enabled(inputs: TuneInputs, params: Params) -> bool:
+    value = params.get("NCCL_PAT_ENABLE")
+    if inputs.min_compcap < 60:
+        return False
+    if value is not None and value != 2:
+        return bool(value)
+    return inputs.n_nodes == inputs.n_ranks
+
+
+def _net_overhead_us(inputs: TuneInputs, params: Params) -> float:
+    value = params.get("NCCL_NET_OVERHEAD")
+    if value is not None and value != -2:
+        return value * 0.001
+    if inputs.cpu_arch == _ARCH_X86 and inputs.cpu_vendor == _VENDOR_AMD:
+        return 2.0
+    return 1.0
+
+
+def _bus_bw(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str, caps) -> float:
+    """Bus bandwidth of one combination before the conversion to algorithm bandwidth."""
+    ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, ch_nvls_tree, nvls_eff = caps
+    n_nodes = inputs.n_nodes
+    ppn = inputs.n_ranks / n_nodes
+    bw = g.bw_intra if n_nodes <= 2 or algo.startswith("CollNet") else g.bw_inter
+    if algo in ("NVLS", "NVLSTree"):
+        if g.n_channels < 2:
+            return -1.0  # NVLS needs two channels: tuning.cc skips the pair entirely
+        intra = g.bw_intra * nvls_eff * (g.n_channels - 1) / g.n_channels
+        intra *= 2.0 if func == "AllReduce" else (ppn - 1) / ppn
+        inter = g.bw_inter * (2 if n_nodes <= 2 and algo == "NVLSTree" else 1)
+        bw = min(intra, inter, ch_nvls_tree if algo == "NVLSTree" else math.inf)
+    bus = g.n_channels * bw
+    if algo == "Ring" and proto == "LL":
+        bus = min(ll_max, bus * 0.5)
+    if algo == "Ring" and proto == "LL128":
+        bus = min(bus * 0.92, g.n_channels * ch_ring_ll128)
+    if algo == "Tree" and func == "AllReduce":
+        bus = min(bus * 0.92, g.n_channels * ch_tree)
+    if algo == "Tree" and proto == "LL":
+        bus = min(bus / 3.8, ll_max)
+    if algo == "Tree" and proto == "LL128":
+        bus = min(bus * (7.0 / 9.0 if n_nodes == 1 else 120.0 / 128.0), g.n_channels * ch_tree_ll128)
+    if algo == "Tree" and inputs.max_tree_pattern == 3:  # NCCL_TOPO_PATTERN_TREE
+        bus *= 0.85
+    if algo == "PAT":
+        bus *= 0.75
+    if algo.startswith("CollNet"):
+        bus = 0.0  # no CollNet plugin: never used
+    if algo == "NVLS" and func in ("AllGather", "ReduceScatter") and n_nodes > 1:
+        bus = 0.0  # needs CollNet heads across nodes
+    return bus
+
+
+def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str,
+             params: Params, hw: str, intra_hw: str) -> float:
+    n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
+    ppn = n_ranks / n_nodes
+    nsteps = 2 * (n_ranks - 1) if func == "AllReduce" else n_ranks - 1 if func in ("ReduceScatter", "AllGather") \
+        else n_ranks
+    lat = t.base_lat(algo, proto)
+    intra = t.hw_lat(intra_hw, algo, proto)
+    inter = t.hw_lat("NET", "Tree" if ppn == 1 else algo, proto) + g.latency_inter
+    if proto == "Simple":
+        inter += g.latency_inter  # the flush after each receive
+    per_node = n_ranks // n_nodes
+    if algo == "Ring":
+        step = t.hw_lat(hw, algo, proto)
+        if func in ("Reduce", "Broadcast"):
+            if g.same_channels:
+                return lat + step
+            if proto == "Simple":
+                step = t.hw_lat(hw, "Tree", proto)
+            return lat + nsteps * step
+        overhead = 0.0
+        if n_nodes > 1:
+            overhead = _net_overhead_us(inputs, params) * (3 if proto == "Simple" else 1)
+        intra = max(intra, overhead)
+        inter_steps = 0 if n_nodes == 1 else 2 * (n_nodes - 1) if func == "AllReduce" else n_nodes - 1
+        return lat + (nsteps - inter_steps) * intra + inter_steps * inter
+    if algo == "Tree":
+        if func == "AllReduce":
+            lat += 2 * ((per_node - 1) * intra + _log2i(n_nodes) * inter)
+        return lat
+    if algo == "CollNetDirect":
+        return lat + 2 * (min(1, per_node - 1) * intra + (per_node - 1) * 0.4) + inter
+    if algo == "CollNetChain":
+        return lat + 2 * (per_node - 1) * intra + inter
+    if algo == "NVLS":
+        return intra + (inter if n_nodes > 1 else 0.0)
+    if algo == "NVLSTree":
+        return lat + intra + 2 * _log2i(n_nodes) * inter
+    if algo == "PAT" and func in ("AllGather", "ReduceScatter"):
+        return lat + _log2i(n_nodes) * (inter / 3.5) + n_ranks * 2.8
+    return lat
+
+
+def _log2i(n: int) -> int:
+    return n.bit_length() - 1 if n > 0 else 0
+
+
+def _touched(setting, func: str) -> bool:
+    """Whether an NCCL_ALGO/NCCL_PROTO value names this function (parseList rewrites its row)."""
+    return setting is not None and any(p is None or p.lower() == func.lower() for p, _, _ in setting.entries)
+
+
+def _ll128_auto(inputs: TuneInputs, params: Params, g: Graph) -> bool:
+    """LL128 where NCCL enables it by default (tuning.cc, NCCL_LL128_C2C default 1)."""
+    rank = inputs.path_rank
+    c2c = params.get("NCCL_LL128_C2C")
+    c2c = 1 if c2c is None else c2c
+    if c2c and inputs.min_compcap >= 90:
+        ok = rank[g.type_inter] <= rank["PXN"]
+    else:
+        ok = rank[g.type_inter] <= rank["PXB"]
+    ok = ok and rank[g.type_intra] <= rank["NVB"]
+    ok = ok and (inputs.min_compcap == inputs.max_compcap or inputs.min_compcap >= 90)
+    return ok and inputs.min_compcap >= 70
+
+
+def tune_model(tables: TuningTables, inputs: TuneInputs, params: Params) -> CostTable:
+    """ncclTopoTuneModel: the latency and bandwidth of every collective x algorithm x protocol."""
+    if tables.version.minor != 30:
+        raise UsageError(f"the time model of NCCL {tables.version.line} is not modelled yet", "--nccl-version",
+                         "2.30")
+    algorithms = tables.algorithms
+    graphs = _algo_graphs(inputs)
+    max_threads = _max_threads(inputs, params, algorithms)
+    n_f, n_a = len(FUNCTIONS), len(algorithms)
+    lat = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
+    bw = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
+    if inputs.n_ranks > 1:
+        _fill(tables, inputs, params, graphs, lat, bw)
+        _apply_enables(tables, inputs, params, graphs, bw)
+    freeze = lambda m: tuple(tuple(tuple(p) for p in a) for a in m)  # noqa: E731
+    return CostTable(algorithms=algorithms, lat_us=freeze(lat), bw_gbps=freeze(bw), max_threads=max_threads)
+
+
+def _caps(tables: TuningTables, inputs: TuneInputs):
+    cc = tables.compcap_row(inputs.min_compcap)
+    col = tables.nodes_column(inputs.n_nodes)
+    if inputs.n_nodes == 1:
+        ll_row = cc
+    else:
+        ll_row = 1 if inputs.cpu_vendor in (_VENDOR_AMD, _VENDOR_MIXED) else 0
+    nvls_tree = tables.per_ch_max_nvls_tree_bw_gbps
+    return (tables.ll_max_bw_gbps[ll_row][col], tables.per_ch_max_tree_bw_gbps[cc][col],
+            tables.per_ch_max_ring_ll128_bw_gbps[cc][col], tables.per_ch_max_tree_ll128_bw_gbps[cc][col],
+            nvls_tree[cc][col] if nvls_tree else 0.0, tables.nvls_efficiency[cc] if tables.nvls_efficiency else 0.0)
+
+
+def _fill(tables, inputs, params, graphs, lat, bw) -> None:
+    caps = _caps(tables, inputs)
+    pat = _pat_enabled(inputs, params)
+    if inputs.cpu_arch == _ARCH_POWER:
+        tables = _power_tables(tables)
+    n_ranks = inputs.n_ranks
+    for f, func in enumerate(FUNCTIONS):
+        nsteps = 2 * (n_ranks - 1) if func == "AllReduce" else n_ranks - 1 if func in ("ReduceScatter", "AllGather") \
+            else n_ranks
+        for a, algo in enumerate(tables.algorithms):
+            g = graphs[algo]
+            intra_hw = "NVLINK" if g.type_intra == "NVL" else "PCI"
+            hw = intra_hw if inputs.n_nodes == 1 else "NET"
+            for p, proto in enumerate(PROTOCOLS):
+                if _skipped(func, algo, proto, pat):
+                    continue
+                bus = _bus_bw(tables, inputs, g, func, algo, proto, caps)
+                if bus < 0:
+                    continue
+                if not (algo != "Ring" and func in ("AllGather", "ReduceScatter")):
+                    bus *= n_ranks / nsteps if algo in ("Ring", "NVLS", "NVLSTree") else 0.5
+                bw[f][a][p] = bus
+                lat[f][a][p] = _latency(tables, inputs, g, func, algo, proto, params, hw, intra_hw)
+
+
+def _power_tables(tables: TuningTables) -> TuningTables:
+    """POWER hosts price PCI Tree/Simple like PCI Ring/Simple, to favour Tree (tuning.cc)."""
+    from dataclasses import replace
+    pci = list(tables.hw_lat_us[1])
+    tree, ring = tables.algorithms.index("Tree"), tables.algorithms.index("Ring")
+    pci[tree] = (pci[tree][0], pci[tree][1], pci[ring][2])
+    return replace(tables, hw_lat_us=(tables.hw_lat_us[0], tuple(pci), tables.hw_lat_us[2]))
+
+
+def _apply_enables(tables, inputs, params, graphs, bw) -> None:
+    """NCCL_PROTO / NCCL_ALGO, LL128's default scope, and algorithms this job cannot run."""
+    proto_setting = params.get("NCCL_PROTO")
+    algo_setting = params.get("NCCL_ALGO")
+    for f, func in enumerate(FUNCTIONS):
+        protos = proto_setting.enabled(func, PROTOCOLS) if _touched(proto_setting, func) else None
+        algos = algo_setting.enabled(func, tables.algorithms) if algo_setting is not None else None
+        for a, algo in enumerate(tables.algorithms):
+            algo_on = algos[algo] if algos is not None else True
+            if algo == "NVLSTree" and inputs.n_nodes == 1:
+                algo_on = False
+            if algo in ("CollNetDirect", "CollNetChain") or (algo == "NVLS" and inputs.n_nodes > 1):
+                algo_on = False  # collnetEnable is 0 without a CollNet plugin
+            for p, proto in enumerate(PROTOCOLS):
+                if protos is not None:
+                    proto_on = protos[proto]
+                elif proto == "LL128":
+                    proto_on = _ll128_auto(inputs, params, graphs[algo])
+                else:
+                    proto_on = True
+                if not (proto_on and algo_on):
+                    bw[f][a][p] = 0.0
+
+
+def format_tuning_table(table: CostTable) -> list[str]:
+    """NCCL's TUNING lines (rank 0): three algorithms per block, `%8.1f/%6.1f` latency/bandwidth."""
+    lines = []
+    algorithms = table.algorithms
+    for start in range(0, len(algorithms), 3):
+        block = range(start, min(start + 3, len(algorithms)))
+        head = "  Algorithm   |" + "".join(f" {'':>14}   {algorithms[a]:>14}   {'':>14} |" for a in block)
+        protos = "  Protocol    |" + "".join(f" {p:>14} |" for _ in range(3) for p in PROTOCOLS)
+        threads = " Max NThreads |" + "".join(f" {table.max_threads[a][p]:>14d} |" for a in block for p in range(3))
+        lines += [head, protos, threads]
+        for f, func in enumerate(FUNCTIONS):
+            lines.append(f"{func:>13} |" + "".join(
+                f"{table.lat_us[f][a][p]:8.1f}/{table.bw_gbps[f][a][p]:6.1f} |" for a in block for p in range(3)))
+    return lines

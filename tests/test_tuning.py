@@ -1,0 +1,81 @@
+"""NCCL's time model (src/graph/tuning.cc ncclTopoTuneModel, NCCL 2.30.7)."""
+import pytest
+
+from conftest import build, run_cli
+from nicksim.constants import parse_version, tuning_tables
+from nicksim.errors import UsageError
+from nicksim.params import read_params
+from nicksim.search import search_graphs
+from nicksim.tuning import format_tuning_table, tune_inputs, tune_model
+
+
+def cost(system="dgx-h100", nodes=1, env=None, version="2.30"):
+    env = env or {}
+    _, paths = build(system, version, env=env, nodes=nodes)
+    params = read_params(env)
+    graphs = search_graphs(paths, params)
+    return tune_model(tuning_tables(parse_version(version)), tune_inputs(paths, graphs, nodes), params)
+
+
+def test_single_node_h100_allreduce_matches_the_worked_example():
+    """nccl-facts.md 7.9: 8 x H100, 12 search channels at 30 GB/s (ring), 8 NVLS heads at 40 GB/s.
+
+    Ring: LL 6.6 + 14 x 0.6 us; LL128 14 + 14 x 1.9; Simple 8.4 + 14 x 3.4. Bus bandwidths 141 (LL cap),
+    331.2 (x0.92), 360 (12 x 30) and NVLS 8 x 40 x 0.85 x 7/8 x 2 = 476, each times 8/14 as algorithm bandwidth.
+    """
+    t = cost()
+    assert [t.lat("AllReduce", "Ring", p) for p in ("LL", "LL128", "Simple")] == pytest.approx([15.0, 40.6, 56.0])
+    assert [t.bw("AllReduce", "Ring", p) for p in ("LL", "LL128", "Simple")] == \
+        pytest.approx([141 * 8 / 14, 331.2 * 8 / 14, 360 * 8 / 14])
+    assert t.bw("AllReduce", "NVLS", "Simple") == pytest.approx(476 * 8 / 14)
+    assert t.lat("AllReduce", "NVLS", "Simple") == 25.0
+
+
+def test_combinations_nccl_never_runs_cost_nothing():
+    t = cost()
+    assert t.bw("AllReduce", "NVLSTree", "Simple") == 0.0        # NVLS Tree needs several nodes
+    assert t.bw("AllReduce", "CollNetDirect", "Simple") == 0.0   # no CollNet plugin
+    assert t.bw("Broadcast", "Tree", "Simple") == 0.0            # Broadcast and Reduce are ring-only
+    assert t.bw("AllReduce", "PAT", "Simple") == 0.0             # PAT is AllGather/ReduceScatter only
+    assert t.bw("AllGather", "PAT", "Simple") == 0.0             # ... and one GPU per node
+    assert t.bw("AllReduce", "NVLS", "LL") == 0.0                # NVLS is Simple-only
+
+
+def test_multi_node_uses_the_network_latencies_and_cpu_overhead():
+    t = cost(nodes=2)
+    # Ring AllReduce on 16 ranks over 2 nodes: 30 steps, 2 of them over the network (NET ring LL 2.7 us)
+    # and 28 inside a node at max(NVLink ring LL 0.6, Intel net overhead 1.0) us.
+    assert t.lat("AllReduce", "Ring", "LL") == pytest.approx(6.6 + 28 * 1.0 + 2 * 2.7)
+    assert t.bw("AllReduce", "NVLS", "Simple") == 0.0  # NVLS across nodes needs CollNet
+    assert t.bw("AllReduce", "NVLSTree", "Simple") > 0.0
+
+
+def test_nccl_proto_and_algo_follow_parse_list():
+    t = cost(env={"NCCL_PROTO": "^LL128"})
+    assert t.bw("AllReduce", "Ring", "LL128") == 0.0 and t.bw("AllReduce", "Ring", "LL") > 0
+    t = cost(env={"NCCL_ALGO": "allreduce:tree"})
+    assert t.bw("AllReduce", "Ring", "Simple") == 0.0 and t.bw("AllReduce", "Tree", "Simple") > 0
+    assert t.bw("AllGather", "Ring", "Simple") > 0  # other collectives untouched
+
+
+def test_other_release_lines_are_refused_not_guessed():
+    with pytest.raises(UsageError, match="not modelled yet"):
+        cost(version="2.22")
+
+
+def test_tuning_table_layout_is_nccls():
+    lines = format_tuning_table(cost())
+    assert lines[0].startswith("  Algorithm   |") and "Tree" in lines[0] and "CollNetDirect" in lines[0]
+    assert lines[1].count("LL128") == 3
+    assert lines[2].startswith(" Max NThreads |")
+    # Tree, then Ring (LL, LL128, Simple) in the first block.
+    assert lines[7].startswith("    AllReduce |") and "|    15.0/  80.6 |    40.6/ 189.3 |    56.0/ 205.7 |" in lines[7]
+    assert len(lines) == 3 * 8
+
+
+def test_cli_prints_the_table_when_tuning_is_selected():
+    result = run_cli("search", "dgx-h100", "--env", "NCCL_DEBUG_SUBSYS=INIT,TUNING")
+    assert result.returncode == 0, result.stderr
+    assert " Max NThreads |" in result.stdout
+    result = run_cli("search", "dgx-h100")
+    assert " Max NThreads |" not in result.stdout
