@@ -1,4 +1,6 @@
-"""NCCL's time model (src/graph/tuning.cc ncclTopoTuneModel, NCCL 2.30.7)."""
+"""NCCL's time model (src/graph/tuning.cc ncclTopoTuneModel, NCCL 2.30.7), against NCCL's own output."""
+from pathlib import Path
+
 import pytest
 
 from conftest import build, run_cli
@@ -6,7 +8,8 @@ from nicksim.constants import parse_version, tuning_tables
 from nicksim.errors import UsageError
 from nicksim.params import read_params
 from nicksim.search import search_graphs
-from nicksim.tuning import format_tuning_table, tune_inputs, tune_model
+from nicksim.tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, tune_inputs,
+                            tune_model)
 
 
 def cost(system="dgx-h100", nodes=1, env=None, version="2.30"):
@@ -79,3 +82,39 @@ def test_cli_prints_the_table_when_tuning_is_selected():
     assert " Max NThreads |" in result.stdout
     result = run_cli("search", "dgx-h100")
     assert " Max NThreads |" not in result.stdout
+
+
+GOLDEN = Path(__file__).parent / "golden" / "nccl-tuning"
+CASES = sorted(p.name for p in GOLDEN.glob("*.txt"))
+
+
+def _golden(name):
+    """(version, system, nodes, env, lines) of a table NCCL printed (rank 0, TUNING and INIT lines)."""
+    lines = (GOLDEN / name).read_text().rstrip("\n").split("\n")
+    env = {"NCCL_IGNORE_DISABLED_P2P": "2"}  # how the reference runs were made (no driver to ask)
+    if lines[0].startswith("# env "):
+        key, value = lines.pop(0)[len("# env "):].split("=", 1)
+        env[key] = value
+    version, system, shape = name.split(".")[0:3], name.split(".")[3], name.split(".")[4]
+    return ".".join(version), system, 1 if shape == "1node" else 2, env, [line.rstrip() for line in lines]
+
+
+def test_goldens_cover_the_catalog_and_the_knobs():
+    systems = {_golden(n)[1] for n in CASES if n.startswith("2.30.7")}
+    assert len(systems) == 7 and sum(1 for n in CASES if "env" in n) >= 6
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_tuning_table_matches_nccl(name):
+    """NCCL's own TUNING table and threadThresholds line (tuning.cc of the tag, run on the catalog
+    system's XML). Releases whose time model is not written yet are checked on their threadThresholds."""
+    version, system, nodes, env, theirs = _golden(name)
+    _, paths = build(system, version[:4], env=env, nodes=nodes)
+    params = read_params(env)
+    tables = tuning_tables(parse_version(version))
+    ranks = nodes * len(paths.node_system.gpus())
+    assert format_thread_thresholds(thread_thresholds(tables, ranks, params)) == theirs[-1]
+    if version.startswith("2.30"):
+        graphs = search_graphs(paths, params)
+        ours = format_tuning_table(tune_model(tables, tune_inputs(paths, graphs, nodes), params))
+        assert [line.rstrip() for line in ours] == theirs[:-1]
