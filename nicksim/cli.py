@@ -24,7 +24,8 @@ from .paths import compute_paths, format_nccl_paths, format_paths
 from .connect import connect, format_channels
 from .search import format_graph, graphs_xml, search_graphs
 from .topo import build_system, format_system
-from .tuning import format_thread_thresholds, format_tuning_table, thread_thresholds, tune_inputs, tune_model
+from .tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, time_model_modelled,
+                     tune_inputs, tune_model)
 from .xml import write_topo_xml
 
 __all__ = ["main", "build_parser"]
@@ -170,11 +171,12 @@ def _run_search(args, params: Params) -> int:
         print("\n".join(format_channels(channels)))
         tables = tuning_tables(paths.system.rules.version)
         if _debug_subsys(params, "TUNING") and args.rank == 0:
-            if tables.version.minor == 30:
+            if time_model_modelled(tables.version):
                 table = tune_model(tables, tune_inputs(paths, graphs, args.nodes), params)
                 print("\n".join(format_tuning_table(table)))
             else:
-                _warn([f"the TUNING table of NCCL {tables.version.line} is not modelled yet (2.30 is)"])
+                _warn([f"the TUNING table of NCCL {tables.version.line} is not modelled yet "
+                       "(2.19, 2.20, 2.21, 2.22 and 2.30 are)"])
         print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
     else:
         _warn([f"rank {args.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "

@@ -4,13 +4,14 @@ This module promises the decisions ncclTopoTuneModel makes from the tuning table
 release being modelled: per collective, algorithm and protocol a latency (us) and a bandwidth
 (GB/s of algorithm bandwidth, 0 where NCCL would not use the pair), the maximum threads, the
 thread thresholds, and NCCL's own `NCCL_DEBUG_SUBSYS=TUNING` table and `threadThresholds` line.
-The cost table follows NCCL 2.30's tuning.cc; other release lines are refused until modelled.
+The cost table follows tuning.cc of NCCL 2.19-2.22 and 2.30; other release lines are refused
+until modelled.
 """
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .constants.tuning_tables import ALGORITHMS, PROTOCOLS, TuningTables
 from .errors import UsageError
@@ -24,6 +25,7 @@ __all__ = [
     "tune_inputs",
     "CostTable",
     "tune_model",
+    "time_model_modelled",
     "format_tuning_table",
     "ThreadThresholds",
     "thread_thresholds",
@@ -125,7 +127,6 @@ class TuneInputs:
 def tune_inputs(paths: Paths, graphs: dict[str, Graph], n_nodes: int) -> TuneInputs:
     """The communicator as init.cc hands it to the time model: ring and tree cut to the
     smaller of their channel counts, CPU type of the first CPU, the job's SM range."""
-    from dataclasses import replace
     system = paths.node_system
     sms = [system.nodes[g].gpu.sm for g in system.gpus()]
     cpus = system.of_kind("CPU")
@@ -232,6 +233,16 @@ def _net_overhead_us(inputs: TuneInputs, params: Params) -> float:
     return 1.0
 
 
+def _tree_protocol_cap(bus: float, proto: str, n_nodes: int, n_channels: int, ll_max: float,
+                       ch_tree_ll128: float) -> float:
+    """Tree LL runs at 1/3.8 of Simple under the LL cap; LL128 at 7/9 (one node) or 120/128."""
+    if proto == "LL":
+        return min(bus / 3.8, ll_max)
+    if proto == "LL128":
+        return min(bus * (7.0 / 9.0 if n_nodes == 1 else 120.0 / 128.0), n_channels * ch_tree_ll128)
+    return bus
+
+
 def _bus_bw(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str, caps) -> float:
     """Bus bandwidth of one combination before the conversion to algorithm bandwidth."""
     ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, ch_nvls_tree, nvls_eff = caps
@@ -252,10 +263,8 @@ def _bus_bw(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str,
         bus = min(bus * 0.92, g.n_channels * ch_ring_ll128)
     if algo == "Tree" and func == "AllReduce":
         bus = min(bus * 0.92, g.n_channels * ch_tree)
-    if algo == "Tree" and proto == "LL":
-        bus = min(bus / 3.8, ll_max)
-    if algo == "Tree" and proto == "LL128":
-        bus = min(bus * (7.0 / 9.0 if n_nodes == 1 else 120.0 / 128.0), g.n_channels * ch_tree_ll128)
+    if algo == "Tree":
+        bus = _tree_protocol_cap(bus, proto, n_nodes, g.n_channels, ll_max, ch_tree_ll128)
     if algo == "Tree" and inputs.max_tree_pattern == 3:  # NCCL_TOPO_PATTERN_TREE
         bus *= 0.85
     if algo == "PAT":
@@ -268,14 +277,16 @@ def _bus_bw(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str,
 
 
 def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str,
-             params: Params, hw: str, intra_hw: str) -> float:
+             params: Params, hw: str, intra_hw: str, legacy: bool = False) -> float:
+    """comm->latencies of one combination; `legacy` is 2.19-2.22 (no Tree NET latency at one GPU
+    per node, and a ring AllReduce counted as crossing the network 2 x nNodes times)."""
     n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
     ppn = n_ranks / n_nodes
     nsteps = 2 * (n_ranks - 1) if func == "AllReduce" else n_ranks - 1 if func in ("ReduceScatter", "AllGather") \
         else n_ranks
     lat = t.base_lat(algo, proto)
     intra = t.hw_lat(intra_hw, algo, proto)
-    inter = t.hw_lat("NET", "Tree" if ppn == 1 else algo, proto) + g.latency_inter
+    inter = t.hw_lat("NET", "Tree" if ppn == 1 and not legacy else algo, proto) + g.latency_inter
     if proto == "Simple":
         inter += g.latency_inter  # the flush after each receive
     per_node = n_ranks // n_nodes
@@ -291,7 +302,10 @@ def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str
         if n_nodes > 1:
             overhead = _net_overhead_us(inputs, params) * (3 if proto == "Simple" else 1)
         intra = max(intra, overhead)
-        inter_steps = 0 if n_nodes == 1 else 2 * (n_nodes - 1) if func == "AllReduce" else n_nodes - 1
+        if legacy:
+            inter_steps = (2 * n_nodes if n_nodes > 1 else 0) if func == "AllReduce" else n_nodes - 1
+        else:
+            inter_steps = 0 if n_nodes == 1 else 2 * (n_nodes - 1) if func == "AllReduce" else n_nodes - 1
         return lat + (nsteps - inter_steps) * intra + inter_steps * inter
     if algo == "Tree":
         if func == "AllReduce":
@@ -333,18 +347,27 @@ def _ll128_auto(inputs: TuneInputs, params: Params, g: Graph) -> bool:
     return ok and inputs.min_compcap >= 70
 
 
+def time_model_modelled(version) -> bool:
+    """Release lines whose ncclTopoTuneModel is reproduced (the others differ in ways not yet written)."""
+    return 19 <= version.minor <= 22 or version.minor == 30
+
+
 def tune_model(tables: TuningTables, inputs: TuneInputs, params: Params) -> CostTable:
     """ncclTopoTuneModel: the latency and bandwidth of every collective x algorithm x protocol."""
-    if tables.version.minor != 30:
+    minor = tables.version.minor
+    if not time_model_modelled(tables.version):
         raise UsageError(f"the time model of NCCL {tables.version.line} is not modelled yet", "--nccl-version",
-                         "2.30")
+                         "2.19, 2.20, 2.21, 2.22 or 2.30")
     algorithms = tables.algorithms
     graphs = _algo_graphs(inputs)
     max_threads = _max_threads(inputs, params, algorithms)
     n_f, n_a = len(FUNCTIONS), len(algorithms)
     lat = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
     bw = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
-    if inputs.n_ranks > 1:
+    if inputs.n_ranks > 1 and minor <= 22:
+        _fill_219(tables, inputs, params, graphs, lat, bw)
+        _apply_enables_219(tables, inputs, params, graphs, bw)
+    elif inputs.n_ranks > 1:
         _fill(tables, inputs, params, graphs, lat, bw)
         _apply_enables(tables, inputs, params, graphs, bw)
     freeze = lambda m: tuple(tuple(tuple(p) for p in a) for a in m)  # noqa: E731
@@ -391,7 +414,6 @@ def _fill(tables, inputs, params, graphs, lat, bw) -> None:
 
 def _power_tables(tables: TuningTables) -> TuningTables:
     """POWER hosts price PCI Tree/Simple like PCI Ring/Simple, to favour Tree (tuning.cc)."""
-    from dataclasses import replace
     pci = list(tables.hw_lat_us[1])
     tree, ring = tables.algorithms.index("Tree"), tables.algorithms.index("Ring")
     pci[tree] = (pci[tree][0], pci[tree][1], pci[ring][2])
@@ -420,6 +442,115 @@ def _apply_enables(tables, inputs, params, graphs, bw) -> None:
                     proto_on = True
                 if not (proto_on and algo_on):
                     bw[f][a][p] = 0.0
+
+
+# --- NCCL 2.19-2.22 (six algorithms, global NCCL_ALGO/NCCL_PROTO lists) ---------------------------
+
+def _fill_219(tables, inputs, params, graphs, lat, bw) -> None:
+    """tuning.cc of 2.19-2.22: no PAT, no NVLS efficiency table, NVLS bandwidth x5/6."""
+    minor = tables.version.minor
+    ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, _, _ = _caps(tables, inputs)
+    if inputs.n_nodes > 1:  # these releases index the LL cap by CPU vendor, AMD only
+        ll_max = tables.ll_max_bw_gbps[1 if inputs.cpu_vendor == _VENDOR_AMD else 0][tables.nodes_column(inputs.n_nodes)]
+    if inputs.cpu_arch == _ARCH_POWER:
+        tables = _power_tables(tables)
+    n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
+    ppn = n_ranks / n_nodes
+    for f, func in enumerate(FUNCTIONS):
+        nsteps = 2 * (n_ranks - 1) if func == "AllReduce" else n_ranks - 1 if func in ("ReduceScatter", "AllGather") \
+            else n_ranks
+        for a, algo in enumerate(tables.algorithms):
+            if func in ("Broadcast", "Reduce") and algo != "Ring":
+                continue
+            rs_ag = ("Ring", "NVLS") + (("CollNetDirect",) if minor >= 20 else ())
+            if func in ("ReduceScatter", "AllGather") and algo not in rs_ag:
+                continue
+            g = graphs[algo]
+            intra_hw = "NVLINK" if g.type_intra == "NVL" else "PCI"
+            hw = intra_hw if n_nodes == 1 else "NET"
+            for p, proto in enumerate(PROTOCOLS):
+                if algo in ("NVLS", "NVLSTree") and proto != "Simple":
+                    continue
+                one = g.bw_intra if n_nodes <= 2 or algo.startswith("CollNet") else g.bw_inter
+                if algo == "NVLS":
+                    one = min(g.bw_intra, g.bw_inter)
+                if algo == "NVLSTree":
+                    one = min(g.bw_intra, g.bw_inter if n_nodes <= 2 else g.bw_inter / 2)
+                bus = g.n_channels * one
+                if algo == "Ring" and proto == "LL":
+                    if minor >= 21:
+                        factor = 0.5
+                    else:
+                        factor = 0.25 if (n_nodes > 1 or func in ("AllReduce", "Reduce")) else 1.0 / 3.0
+                    bus = min(ll_max, bus * factor)
+                if algo == "Ring" and proto == "LL128":
+                    bus = min(bus * (0.7 if ppn < 2 else 0.92), g.n_channels * ch_ring_ll128)
+                if algo == "Tree":
+                    bus = min(bus * 0.92, g.n_channels * ch_tree)
+                if algo == "Tree":
+                    bus = _tree_protocol_cap(bus, proto, n_nodes, g.n_channels, ll_max, ch_tree_ll128)
+                if algo == "Tree" and g.pattern == 3:  # NCCL_TOPO_PATTERN_TREE
+                    bus *= 0.85
+                if algo.startswith("CollNet"):
+                    bus = 0.0  # no CollNet plugin: disabled below in any case
+                if algo == "Ring":
+                    bus *= n_ranks / nsteps
+                elif algo in ("NVLS", "NVLSTree"):
+                    bus *= 5.0 / 6.0
+                else:
+                    bus *= 0.5
+                bw[f][a][p] = bus
+                lat[f][a][p] = _latency(tables, inputs, g, func, algo, proto, params, hw, intra_hw, legacy=True)
+
+
+def _flat_list(setting, names, default_ll128: bool = False) -> list[int]:
+    """parseList of 2.19-2.22: one list for every function; `^` negates; unknown tokens ignored."""
+    text = setting.text
+    negate = text.startswith("^")
+    state = [1 if negate else 0] * len(names)
+    for token in (text[1:] if negate else text).split(","):
+        for i, name in enumerate(names):
+            if token.lower() == name.lower():
+                state[i] = 0 if negate else 1
+    return state
+
+
+def _apply_enables_219(tables, inputs, params, graphs, bw) -> None:
+    algorithms = tables.algorithms
+    proto_setting, algo_setting = params.get("NCCL_PROTO"), params.get("NCCL_ALGO")
+    proto_on = _flat_list(proto_setting, PROTOCOLS) if proto_setting is not None else [1, 2, 1]
+    algo_on = _flat_list(algo_setting, algorithms) if algo_setting is not None else [1] * len(algorithms)
+    index = {a: i for i, a in enumerate(algorithms)}
+    if inputs.n_nodes == 1:
+        algo_on[index["NVLSTree"]] = 0
+    algo_on[index["CollNetDirect"]] = algo_on[index["CollNetChain"]] = 0  # collNetSupport is 0
+    if inputs.n_nodes > 1:
+        algo_on[index["NVLS"]] = 0
+    if not any(algo_on[index[a]] for a in ("Ring", "Tree", "NVLS", "NVLSTree")):
+        algo_on[index["Ring"]] = algo_on[index["Tree"]] = 1  # NCCL_ALGO=COLLNET alone is ignored
+    rank = inputs.path_rank
+    ring_backup = [[bw[f][index["Ring"]][p] for p in range(3)] for f in range(len(FUNCTIONS))]
+    for f in range(len(FUNCTIONS)):
+        for a, algo in enumerate(algorithms):
+            g = graphs[algo]
+            for p in range(3):
+                enabled = proto_on[p]
+                if enabled == 2:  # LL128 by default: Volta, Ampere, Hopper on NVLink-class paths only
+                    enabled = (rank[g.type_inter] <= rank["PXB"]
+                               or (inputs.min_compcap >= 90 and rank[g.type_inter] <= rank["PXN"]))
+                    enabled = enabled and rank[g.type_intra] <= rank["NVB"]
+                    enabled = enabled and inputs.min_compcap == inputs.max_compcap
+                    enabled = enabled and inputs.min_compcap in (70, 80, 90)
+                if not enabled:
+                    bw[f][a][p] = 0.0
+                    if algo == "Ring" and tables.version.minor >= 22:
+                        ring_backup[f][p] = 0.0
+                if not algo_on[a]:
+                    bw[f][a][p] = 0.0
+    for f in range(len(FUNCTIONS)):
+        if not any(bw[f][a][p] for a in range(len(algorithms)) for p in range(3)):
+            for p in range(3):  # at least keep the ring available
+                bw[f][index["Ring"]][p] = ring_backup[f][p]
 
 
 def format_tuning_table(table: CostTable) -> list[str]:
