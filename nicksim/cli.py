@@ -163,8 +163,9 @@ def _prepare(args, params: Params):
 def _run_search(args, params: Params) -> int:
     _, _, paths, _ = _prepare(args, params)
     graphs = search_graphs(paths, params)
+    # A note that applies to every graph (e.g. an unchecked release) is said once.
+    _warn(list(dict.fromkeys(note for graph in graphs.values() for note in graph.notes)))
     for graph in graphs.values():
-        _warn(graph.notes)
         print("\n".join(format_graph(paths, graph)))
     if len(paths.system.gpus()) == len(paths.node_system.gpus()):
         channels = connect(paths, graphs, params, args.nodes, args.rank)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import build
+from conftest import build, run_cli
 from nicksim.params import read_params
 from nicksim.search import RING, format_graph, search_graph, search_graphs
 
@@ -85,10 +85,15 @@ def test_graph_dump_matches_nccl(name):
 
 
 def test_search_command_prints_and_dumps(tmp_path):
-    from conftest import run_cli
     dump = tmp_path / "graphs.xml"
     result = run_cli("search", "dgx-h100", "--nodes", "2", "--dump-graph", str(dump),
                      env={"NCCL_IGNORE_DISABLED_P2P": "2"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("Pattern 4, crossNic 2, nChannels 8, bw 48.000000/48.000000, type NVL/PIX")
     assert dump.read_text() == (XML_GOLDEN / "2.30.7.dgx-h100.2nodes.graph.xml").read_text()
+
+
+def test_a_note_about_the_release_is_said_once():
+    result = run_cli("search", "dgx-h100", "--nccl-version", "2.25")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("has not been checked against NCCL itself") == 1
