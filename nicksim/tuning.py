@@ -13,7 +13,8 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from .constants.tuning_tables import ALGORITHMS, PROTOCOLS, TuningTables
+from .constants.tuning_tables import PROTOCOLS, TuningTables, tuning_tables
+from .constants.versions import NcclVersion
 from .errors import UsageError
 from .params import Params
 from .paths import Paths
@@ -27,6 +28,8 @@ __all__ = [
     "tune_model",
     "time_model_modelled",
     "format_tuning_table",
+    "AlgoTime",
+    "algo_time",
     "ThreadThresholds",
     "thread_thresholds",
     "format_thread_thresholds",
@@ -155,6 +158,10 @@ class CostTable:
     lat_us: tuple[tuple[tuple[float, ...], ...], ...]
     bw_gbps: tuple[tuple[tuple[float, ...], ...], ...]
     max_threads: tuple[tuple[int, ...], ...]
+    version: NcclVersion | None = None
+    # 2.19-2.22 keep the ring's bandwidth per collective and protocol (comm->ringbdw) as a backup
+    # for a collective whose enabled algorithms are all gone; None from 2.23.
+    ring_backup_gbps: tuple[tuple[float, float, float], ...] | None = None
 
     def lat(self, func: str, algorithm: str, protocol: str) -> float:
         return self.lat_us[FUNCTIONS.index(func)][self.algorithms.index(algorithm)][PROTOCOLS.index(protocol)]
@@ -364,14 +371,17 @@ def tune_model(tables: TuningTables, inputs: TuneInputs, params: Params) -> Cost
     n_f, n_a = len(FUNCTIONS), len(algorithms)
     lat = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
     bw = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
+    backup = [[0.0] * 3 for _ in range(n_f)] if minor <= 22 else None
     if inputs.n_ranks > 1 and minor <= 22:
         _fill_219(tables, inputs, params, graphs, lat, bw)
-        _apply_enables_219(tables, inputs, params, graphs, bw)
+        _apply_enables_219(tables, inputs, params, graphs, bw, backup)
     elif inputs.n_ranks > 1:
         _fill(tables, inputs, params, graphs, lat, bw)
         _apply_enables(tables, inputs, params, graphs, bw)
     freeze = lambda m: tuple(tuple(tuple(p) for p in a) for a in m)  # noqa: E731
-    return CostTable(algorithms=algorithms, lat_us=freeze(lat), bw_gbps=freeze(bw), max_threads=max_threads)
+    return CostTable(algorithms=algorithms, lat_us=freeze(lat), bw_gbps=freeze(bw), max_threads=max_threads,
+                     version=tables.version,
+                     ring_backup_gbps=tuple(tuple(row) for row in backup) if backup is not None else None)
 
 
 def _caps(tables: TuningTables, inputs: TuneInputs):
@@ -515,7 +525,7 @@ def _flat_list(setting, names, default_ll128: bool = False) -> list[int]:
     return state
 
 
-def _apply_enables_219(tables, inputs, params, graphs, bw) -> None:
+def _apply_enables_219(tables, inputs, params, graphs, bw, backup) -> None:
     algorithms = tables.algorithms
     proto_setting, algo_setting = params.get("NCCL_PROTO"), params.get("NCCL_ALGO")
     proto_on = _flat_list(proto_setting, PROTOCOLS) if proto_setting is not None else [1, 2, 1]
@@ -548,9 +558,46 @@ def _apply_enables_219(tables, inputs, params, graphs, bw) -> None:
                 if not algo_on[a]:
                     bw[f][a][p] = 0.0
     for f in range(len(FUNCTIONS)):
+        backup[f] = list(ring_backup[f])
         if not any(bw[f][a][p] for a in range(len(algorithms)) for p in range(3)):
             for p in range(3):  # at least keep the ring available
                 bw[f][index["Ring"]][p] = ring_backup[f][p]
+
+
+@dataclass(frozen=True)
+class AlgoTime:
+    """ncclTopoGetAlgoTime's answer for one operation: `time_us` is -1 where NCCL would not use the
+    combination; `backup` says the time came from the ring backup bandwidth (2.19-2.22)."""
+
+    time_us: float
+    backup: bool = False
+
+
+def algo_time(table: CostTable, inputs: TuneInputs, func: str, algorithm: str, protocol: str, nbytes: int,
+              n_channels: int) -> AlgoTime:
+    """ncclTopoGetAlgoTime for a single operation (numPipeOps 1): latency plus bytes over bandwidth,
+    with the tree correction per log2(nbytes/64) bucket and the ring Simple plateau factor.
+
+    `n_channels` is the communicator's runtime channel count (after connect's doubling)."""
+    f, a, p = FUNCTIONS.index(func), table.algorithms.index(algorithm), PROTOCOLS.index(protocol)
+    bw, lat = table.bw_gbps[f][a][p], table.lat_us[f][a][p]
+    backup = False
+    if table.ring_backup_gbps is not None and algorithm == "Ring" and bw == 0.0:
+        bw, backup = table.ring_backup_gbps[f][p], True
+    if bw == 0.0:
+        return AlgoTime(-1.0, backup)
+    log_size = _log2i(nbytes >> 6)
+    factors = tuning_tables(table.version).tree_correction_factor
+    legacy = table.ring_backup_gbps is not None
+    if algorithm == "Tree" and 0 <= log_size < 23 and (legacy or func == "AllReduce"):
+        bw *= factors[p][log_size]
+    if (algorithm == "NVLSTree" and not legacy and func == "AllReduce" and 0 <= log_size < 24
+            and inputs.min_compcap >= 100 and inputs.cpu_arch == _ARCH_X86):
+        bw *= factors[p][log_size]
+    if (algorithm == "Ring" and protocol == "Simple" and inputs.n_nodes > 1 and func == "AllReduce"
+            and nbytes // (n_channels * inputs.n_ranks) >= 64):
+        lat *= 1.9 if inputs.min_compcap < 80 else 1.4  # the ring's plateau
+    return AlgoTime(lat + nbytes / (1000 * bw), backup)
 
 
 def format_tuning_table(table: CostTable) -> list[str]:

@@ -8,7 +8,7 @@ from nicksim.constants import parse_version, tuning_tables
 from nicksim.errors import UsageError
 from nicksim.params import read_params
 from nicksim.search import search_graphs
-from nicksim.tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, tune_inputs,
+from nicksim.tuning import (algo_time, format_thread_thresholds, format_tuning_table, thread_thresholds, tune_inputs,
                             tune_model)
 
 
@@ -59,6 +59,29 @@ def test_nccl_proto_and_algo_follow_parse_list():
     t = cost(env={"NCCL_ALGO": "allreduce:tree"})
     assert t.bw("AllReduce", "Ring", "Simple") == 0.0 and t.bw("AllReduce", "Tree", "Simple") > 0
     assert t.bw("AllGather", "Ring", "Simple") > 0  # other collectives untouched
+
+
+def test_algo_time_adds_bytes_over_bandwidth_with_nccls_corrections():
+    """ncclTopoGetAlgoTime (tuning.cc 2.30.7): lat + nBytes / (1000 x bw), tree bandwidth times the
+    correction factor of its log2(nBytes/64) bucket, ring Simple latency x1.4 past the plateau."""
+    env = {"NCCL_IGNORE_DISABLED_P2P": "2"}
+    _, paths = build("dgx-h100", "2.30", env=env, nodes=2)
+    params = read_params(env)
+    inputs = tune_inputs(paths, search_graphs(paths, params), 2)
+    table = tune_model(tuning_tables(parse_version("2.30")), inputs, params)
+    ring = table.bw("AllReduce", "Ring", "Simple")
+    lat = table.lat("AllReduce", "Ring", "Simple")
+    # 1 KiB over 16 channels x 16 ranks is 4 bytes each: no plateau; 1 MiB is 4 KiB each: plateau.
+    assert algo_time(table, inputs, "AllReduce", "Ring", "Simple", 1024, 16).time_us == \
+        pytest.approx(lat + 1024 / (1000 * ring))
+    assert algo_time(table, inputs, "AllReduce", "Ring", "Simple", 1 << 20, 16).time_us == \
+        pytest.approx(lat * 1.4 + (1 << 20) / (1000 * ring))
+    tree = table.bw("AllReduce", "Tree", "Simple")
+    factor = tuning_tables(parse_version("2.30")).tree_correction_factor[2][14]  # log2(2^20 / 64) = 14
+    assert factor == 0.5
+    assert algo_time(table, inputs, "AllReduce", "Tree", "Simple", 1 << 20, 16).time_us == \
+        pytest.approx(table.lat("AllReduce", "Tree", "Simple") + (1 << 20) / (1000 * tree * factor))
+    assert algo_time(table, inputs, "AllReduce", "NVLS", "Simple", 1 << 20, 16).time_us == -1.0
 
 
 def test_other_release_lines_are_refused_not_guessed():
