@@ -1,9 +1,11 @@
 """NCCL's time model (src/graph/tuning.cc ncclTopoTuneModel), against NCCL's own output."""
+import gzip
 from pathlib import Path
 
 import pytest
 
 from conftest import build, run_cli
+from nicksim.connect import connect
 from nicksim.constants import parse_version, tuning_tables
 from nicksim.errors import UsageError
 from nicksim.params import read_params
@@ -140,3 +142,31 @@ def test_tuning_table_matches_nccl(name):
     graphs = search_graphs(paths, params)
     ours = format_tuning_table(tune_model(tables, tune_inputs(paths, graphs, nodes), params))
     assert [line.rstrip() for line in ours] == theirs[:-1]
+
+
+ALGOTIME = Path(__file__).parent / "golden" / "nccl-algotime"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in ALGOTIME.glob("*.txt.gz")))
+def test_algo_time_matches_nccl(name):
+    """ncclTopoGetAlgoTime of NCCL's own tuning.cc (numPipeOps 1) for every collective, algorithm,
+    protocol and size 2^0..2^33 bytes on DGX H100, after NCCL's own search and tuning; NCCL computes
+    in float32, so times agree to float32 precision."""
+    version, system, shape = name.split(".")[:3], name.split(".")[3], name.split(".")[4]
+    version, nodes = ".".join(version), 1 if shape == "1node" else 2
+    env = {"NCCL_IGNORE_DISABLED_P2P": "2"}
+    _, paths = build(system, version[:4], env=env, nodes=nodes)
+    params = read_params(env)
+    graphs = search_graphs(paths, params)
+    inputs = tune_inputs(paths, graphs, nodes)
+    table = tune_model(tuning_tables(parse_version(version)), inputs, params)
+    n_channels = connect(paths, graphs, params, nodes, 0).n_channels
+    lines = gzip.decompress((ALGOTIME / name).read_bytes()).decode().splitlines()
+    assert len(lines) == 5 * len(table.algorithms) * 3 * 34
+    for line in lines:
+        fields = line.split()
+        func, algo, proto, nbytes, time_us = fields[1], fields[2], fields[3], int(fields[4]), float(fields[5])
+        ours = algo_time(table, inputs, func, algo, proto, nbytes, n_channels)
+        assert ours.time_us == pytest.approx(time_us, rel=2e-6, abs=1e-6), line
+        if len(fields) > 6:
+            assert fields[6] == f"backup={int(ours.backup)}", line
