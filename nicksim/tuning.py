@@ -158,7 +158,7 @@ class CostTable:
     lat_us: tuple[tuple[tuple[float, ...], ...], ...]
     bw_gbps: tuple[tuple[tuple[float, ...], ...], ...]
     max_threads: tuple[tuple[int, ...], ...]
-    version: NcclVersion | None = None
+    version: NcclVersion
     # 2.19-2.22 keep the ring's bandwidth per collective and protocol (comm->ringbdw) as a backup
     # for a collective whose enabled algorithms are all gone; None from 2.23.
     ring_backup_gbps: tuple[tuple[float, float, float], ...] | None = None
@@ -182,7 +182,7 @@ def _algo_graphs(inputs: TuneInputs) -> dict[str, Graph]:
             "NVLS": nvls, "NVLSTree": nvls, "PAT": g["tree"]}
 
 
-def _n_threads(name: str, value: int, low: int, high: int, default: int) -> int:
+def _n_threads(value: int, low: int, high: int, default: int) -> int:
     """getNthreads: a multiple of the warp size within [low, high], else NCCL's fallback."""
     if value <= 0:
         return default
@@ -196,13 +196,13 @@ def _max_threads(inputs: TuneInputs, params: Params, algorithms) -> tuple[tuple[
     nthreads = params.get("NCCL_NTHREADS") or -2
     ll128_nthreads = params.get("NCCL_LL128_NTHREADS") or -2
     simple_default = 256 if ring.bw_intra * ring.n_channels <= PCI_BW_GBPS else NCCL_SIMPLE_MAX_NTHREADS
-    ll = _n_threads("NCCL_NTHREADS", nthreads, 2 * WARP_SIZE, NCCL_LL_MAX_NTHREADS, NCCL_LL_MAX_NTHREADS)
-    ll128 = _n_threads("NCCL_LL128_NTHREADS", ll128_nthreads, NCCL_LL128_MAX_NTHREADS // 4,
+    ll = _n_threads(nthreads, 2 * WARP_SIZE, NCCL_LL_MAX_NTHREADS, NCCL_LL_MAX_NTHREADS)
+    ll128 = _n_threads(ll128_nthreads, NCCL_LL128_MAX_NTHREADS // 4,
                        NCCL_LL128_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS)
     table = {a: [0, 0, 0] for a in algorithms}
-    table["Ring"] = [ll, ll128, _n_threads("NCCL_NTHREADS", nthreads, 2 * WARP_SIZE, NCCL_SIMPLE_MAX_NTHREADS,
+    table["Ring"] = [ll, ll128, _n_threads(nthreads, 2 * WARP_SIZE, NCCL_SIMPLE_MAX_NTHREADS,
                                            simple_default)]
-    table["Tree"] = [ll, ll128, _n_threads("NCCL_NTHREADS", nthreads, 2 * WARP_SIZE, NCCL_SIMPLE_MAX_NTHREADS,
+    table["Tree"] = [ll, ll128, _n_threads(nthreads, 2 * WARP_SIZE, NCCL_SIMPLE_MAX_NTHREADS,
                                            NCCL_SIMPLE_MAX_NTHREADS)]
     for a in ("CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"):
         table[a][2] = NCCL_MAX_NTHREADS
@@ -250,7 +250,7 @@ def _tree_protocol_cap(bus: float, proto: str, n_nodes: int, n_channels: int, ll
     return bus
 
 
-def _bus_bw(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str, caps) -> float:
+def _bus_bw(inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str, caps) -> float:
     """Bus bandwidth of one combination before the conversion to algorithm bandwidth."""
     ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, ch_nvls_tree, nvls_eff = caps
     n_nodes = inputs.n_nodes
@@ -289,8 +289,7 @@ def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str
     per node, and a ring AllReduce counted as crossing the network 2 x nNodes times)."""
     n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
     ppn = n_ranks / n_nodes
-    nsteps = 2 * (n_ranks - 1) if func == "AllReduce" else n_ranks - 1 if func in ("ReduceScatter", "AllGather") \
-        else n_ranks
+    nsteps = _ring_steps(func, n_ranks)
     lat = t.base_lat(algo, proto)
     intra = t.hw_lat(intra_hw, algo, proto)
     inter = t.hw_lat("NET", "Tree" if ppn == 1 and not legacy else algo, proto) + g.latency_inter
@@ -329,6 +328,13 @@ def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str
     if algo == "PAT" and func in ("AllGather", "ReduceScatter"):
         return lat + _log2i(n_nodes) * (inter / 3.5) + n_ranks * 2.8
     return lat
+
+
+def _ring_steps(func: str, n_ranks: int) -> int:
+    """Steps of a ring collective (tuning.cc nsteps): AllReduce 2(n-1), AllGather/ReduceScatter n-1, else n."""
+    if func == "AllReduce":
+        return 2 * (n_ranks - 1)
+    return n_ranks - 1 if func in ("ReduceScatter", "AllGather") else n_ranks
 
 
 def _log2i(n: int) -> int:
@@ -384,13 +390,16 @@ def tune_model(tables: TuningTables, inputs: TuneInputs, params: Params) -> Cost
                      ring_backup_gbps=tuple(tuple(row) for row in backup) if backup is not None else None)
 
 
-def _caps(tables: TuningTables, inputs: TuneInputs):
+def _caps(tables: TuningTables, inputs: TuneInputs, mixed_as_amd: bool = True):
+    """The caps of this job's row and column; multi-node LL caps go by CPU vendor (AMD row 1;
+    hosts of mixed vendors count as AMD in 2.30; 2.19-2.22 have no mixed vendor)."""
     cc = tables.compcap_row(inputs.min_compcap)
     col = tables.nodes_column(inputs.n_nodes)
     if inputs.n_nodes == 1:
         ll_row = cc
     else:
-        ll_row = 1 if inputs.cpu_vendor in (_VENDOR_AMD, _VENDOR_MIXED) else 0
+        amd = (_VENDOR_AMD, _VENDOR_MIXED) if mixed_as_amd else (_VENDOR_AMD,)
+        ll_row = 1 if inputs.cpu_vendor in amd else 0
     nvls_tree = tables.per_ch_max_nvls_tree_bw_gbps
     return (tables.ll_max_bw_gbps[ll_row][col], tables.per_ch_max_tree_bw_gbps[cc][col],
             tables.per_ch_max_ring_ll128_bw_gbps[cc][col], tables.per_ch_max_tree_ll128_bw_gbps[cc][col],
@@ -404,8 +413,7 @@ def _fill(tables, inputs, params, graphs, lat, bw) -> None:
         tables = _power_tables(tables)
     n_ranks = inputs.n_ranks
     for f, func in enumerate(FUNCTIONS):
-        nsteps = 2 * (n_ranks - 1) if func == "AllReduce" else n_ranks - 1 if func in ("ReduceScatter", "AllGather") \
-            else n_ranks
+        nsteps = _ring_steps(func, n_ranks)
         for a, algo in enumerate(tables.algorithms):
             g = graphs[algo]
             intra_hw = "NVLINK" if g.type_intra == "NVL" else "PCI"
@@ -413,7 +421,7 @@ def _fill(tables, inputs, params, graphs, lat, bw) -> None:
             for p, proto in enumerate(PROTOCOLS):
                 if _skipped(func, algo, proto, pat):
                     continue
-                bus = _bus_bw(tables, inputs, g, func, algo, proto, caps)
+                bus = _bus_bw(inputs, g, func, algo, proto, caps)
                 if bus < 0:
                     continue
                 if not (algo != "Ring" and func in ("AllGather", "ReduceScatter")):
@@ -459,16 +467,13 @@ def _apply_enables(tables, inputs, params, graphs, bw) -> None:
 def _fill_219(tables, inputs, params, graphs, lat, bw) -> None:
     """tuning.cc of 2.19-2.22: no PAT, no NVLS efficiency table, NVLS bandwidth x5/6."""
     minor = tables.version.minor
-    ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, _, _ = _caps(tables, inputs)
-    if inputs.n_nodes > 1:  # these releases index the LL cap by CPU vendor, AMD only
-        ll_max = tables.ll_max_bw_gbps[1 if inputs.cpu_vendor == _VENDOR_AMD else 0][tables.nodes_column(inputs.n_nodes)]
+    ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, _, _ = _caps(tables, inputs, mixed_as_amd=False)
     if inputs.cpu_arch == _ARCH_POWER:
         tables = _power_tables(tables)
     n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
     ppn = n_ranks / n_nodes
     for f, func in enumerate(FUNCTIONS):
-        nsteps = 2 * (n_ranks - 1) if func == "AllReduce" else n_ranks - 1 if func in ("ReduceScatter", "AllGather") \
-            else n_ranks
+        nsteps = _ring_steps(func, n_ranks)
         for a, algo in enumerate(tables.algorithms):
             if func in ("Broadcast", "Reduce") and algo != "Ring":
                 continue
@@ -513,7 +518,7 @@ def _fill_219(tables, inputs, params, graphs, lat, bw) -> None:
                 lat[f][a][p] = _latency(tables, inputs, g, func, algo, proto, params, hw, intra_hw, legacy=True)
 
 
-def _flat_list(setting, names, default_ll128: bool = False) -> list[int]:
+def _flat_list(setting, names) -> list[int]:
     """parseList of 2.19-2.22: one list for every function; `^` negates; unknown tokens ignored."""
     text = setting.text
     negate = text.startswith("^")
