@@ -1,0 +1,237 @@
+"""The per-call decision: algorithm, protocol, channels and threads (enqueue.cc getAlgoInfo).
+
+`comm_state(...)` gathers what NCCL's enqueue path reads from an initialised communicator —
+the cost table, the runtime channel counts, NVLS support and its channel count, thread limits
+and thresholds. `choose(comm, call)` then prices every enabled algorithm x protocol with
+ncclTopoGetAlgoTime, keeps the cheapest (first in NCCL's order on a tie), and sizes the channel
+and thread counts as topoGetAlgoInfo does. The estimate it returns is what
+ncclGroupSimulateEnd reports for the call alone.
+
+Modelled: NCCL 2.19-2.22 and 2.30 (the releases whose time model is modelled), no tuner
+plugin, no CollNet plugin (CollNet is never chosen, as NCCL without SHARP), no user buffer
+registration (so no CTA-policy or registered-NVLS shortcuts).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .calls import Call
+from .constants.tuning_tables import PROTOCOLS, tuning_tables
+from .errors import UsageError
+from .params import Params
+from .search import Graph
+from .tuning import (FUNCTIONS, NCCL_MAX_NTHREADS, WARP_SIZE, CostTable, ThreadThresholds, TuneInputs, algo_time,
+                     thread_thresholds, time_model_modelled, tune_inputs, tune_model)
+
+__all__ = ["CommState", "Choice", "comm_state", "choose", "nvls_channel_count", "nvls_supported"]
+
+# src/include/device.h NCCL_MAX_NVLS_ARITY (2.19-2.30) and NCCL_MAX_DIRECT_ARITY (7).
+NCCL_MAX_NVLS_ARITY = 32
+# transport/nvls.cc NVLS_NCHANNELS_SM90 / _SM100 / _SM100_NVL (2.30.7); NCCL_NVLS_NCHANNELS default 16 before.
+_NVLS_CH_SM90, _NVLS_CH_SM100, _NVLS_CH_SM100_NVL = 16, 32, 24
+_NVLS_CHUNK_NBYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default
+_FP8 = ("f8e4m3", "f8e5m2")
+
+
+@dataclass(frozen=True)
+class CommState:
+    """What enqueue.cc reads from one rank's communicator when it plans a call.
+
+    `n_channels` is comm->nChannels (rings and trees after connect), `nvls_channels` is
+    comm->nvlsChannels (0 without NVLS), `nvls_heads` the NVLS graph's head count.
+    """
+
+    table: CostTable
+    inputs: TuneInputs
+    thresholds: ThreadThresholds
+    n_channels: int
+    nvls_support: bool
+    nvls_channels: int
+    nvls_heads: int
+    nvls_chunk_nbytes: int
+    nvls_tree_max_chunk_nbytes: int
+    local_ranks: int
+    buff_nbytes: tuple[int, int, int]  # LL, LL128, Simple (comm->buffSizes)
+    ring_chunk_steps: int
+    ring_slice_steps: int
+
+    @property
+    def nranks(self) -> int:
+        return self.inputs.n_ranks
+
+    @property
+    def n_nodes(self) -> int:
+        return self.inputs.n_nodes
+
+
+@dataclass(frozen=True)
+class Choice:
+    """NCCL's decision for one call: algorithm, protocol, the most channels the call may use
+    (nMaxChannels), threads per CTA, and the estimated time in microseconds."""
+
+    algorithm: str
+    protocol: str
+    max_channels: int
+    n_threads: int
+    time_us: float
+    backup: bool = False
+
+
+def nvls_channel_count(version_minor: int, compcap: int, min_compcap: int, n_nodes: int, params: Params) -> int:
+    """comm->nvlsChannels before the CTA clamp: NCCL_NVLS_NCHANNELS, else 16 (SM90) and, from 2.27,
+    24 on one SM100 node / 32 across nodes (nvls.cc ncclNvlsTuning, 2.30.7)."""
+    env = params.get("NCCL_NVLS_NCHANNELS")
+    if env is not None and env > 0:
+        return env
+    if version_minor >= 27 and compcap >= 100:
+        return _NVLS_CH_SM100 if n_nodes > 1 else _NVLS_CH_SM100_NVL
+    return _NVLS_CH_SM90
+
+
+def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, params: Params) -> CommState:
+    """The communicator of a job of `n_nodes` copies of the node `paths` describes, with
+    `n_channels` runtime channels (connect's result)."""
+    version = paths.system.rules.version
+    if not time_model_modelled(version):
+        raise UsageError(f"NCCL {version.line}'s time model is not modelled yet", "--nccl-version",
+                         "2.19, 2.20, 2.21, 2.22 or 2.30")
+    tables = tuning_tables(version)
+    inputs = tune_inputs(paths, graphs, n_nodes)
+    table = tune_model(tables, inputs, params)
+    local = len(paths.node_system.gpus())
+    nvls = graphs.get("nvls")
+    compcap = inputs.min_compcap
+    nvls_channels = 0
+    if nvls is not None:
+        wanted = nvls_channel_count(version.minor, inputs.max_compcap, compcap, n_nodes, params)
+        min_ctas = params.get("NCCL_MIN_CTAS") or 1
+        max_ctas = params.get("NCCL_MAX_CTAS") or 64
+        nvls_channels = max(min_ctas, min(max_ctas, wanted))
+    # NCCL_NVLSTREE_MAX_CHUNKSIZE default (-2): 64 KiB from 4 nodes, else the NVLS chunk (enqueue.cc 2.22,
+    # nvls.cc 2.30; the SM100 multi-node retuning of 2.30 is not modelled).
+    tree_max = 65536 if n_nodes >= 4 else _NVLS_CHUNK_NBYTES
+    buff_simple = params.get("NCCL_BUFFSIZE") or (4 << 20)
+    return CommState(
+        table=table, inputs=inputs, thresholds=thread_thresholds(tables, inputs.n_ranks, params),
+        n_channels=n_channels, nvls_support=nvls is not None, nvls_channels=nvls_channels,
+        nvls_heads=nvls.n_channels if nvls is not None else 0, nvls_chunk_nbytes=_NVLS_CHUNK_NBYTES,
+        nvls_tree_max_chunk_nbytes=tree_max, local_ranks=local,
+        # comm->buffSizes (init.cc computeBuffSizes): LL = 8 lines x 512 threads x 8 steps x 16 B,
+        # LL128 = 120 elems x 640 threads x 8 steps x 8 B (NCCL_LL128_ELEMS_PER_THREAD), Simple = NCCL_BUFFSIZE.
+        buff_nbytes=(512 * 1024, 4_915_200, buff_simple),
+        ring_chunk_steps=4, ring_slice_steps=2,
+    )
+
+
+def _threshold(comm: CommState, algorithm: str, protocol: str) -> int:
+    p = PROTOCOLS.index(protocol)
+    if algorithm == "Tree":
+        return comm.thresholds.tree[p]
+    if algorithm == "Ring":
+        return comm.thresholds.ring[p]
+    if algorithm in ("CollNetDirect", "CollNetChain") and protocol == "Simple":
+        return comm.thresholds.collnet_direct_simple
+    return tables_default(comm, protocol)
+
+
+def tables_default(comm: CommState, protocol: str) -> int:
+    t = tuning_tables(comm.table.version)
+    return (t.ll_thread_threshold, t.ll128_thread_threshold, t.simple_thread_threshold)[PROTOCOLS.index(protocol)]
+
+
+def nvls_supported(redop: str, dtype: str) -> bool:
+    """device.h ncclNvlsSupported: multimem reductions exist for sum (and min/max on integers and
+    16-bit floats); float and double only sum; 8-bit types none. avg and prod never."""
+    if dtype in ("int32", "uint32", "int64", "uint64", "half", "bfloat16"):
+        return redop in ("sum", "min", "max")
+    if dtype in ("float", "double"):
+        return redop == "sum"
+    return False
+
+
+def _candidates(comm: CommState, call: Call) -> list[tuple[str, str]]:
+    """updateCollCostTable's filter: which algorithm x protocol pairs are priced at all."""
+    minor = comm.table.version.minor
+    nvls_ok = comm.nvls_support and (call.collective == "all_gather" or nvls_supported(call.redop, call.dtype))
+    out = []
+    for algorithm in comm.table.algorithms:
+        if algorithm in ("CollNetDirect", "CollNetChain"):
+            continue  # no CollNet plugin: collNetSupport is 0
+        if algorithm in ("NVLS", "NVLSTree"):
+            if minor >= 23:
+                if not nvls_ok or (call.func != "AllReduce" and comm.local_ranks > NCCL_MAX_NVLS_ARITY):
+                    continue
+            elif not nvls_ok and call.func != "AllGather":
+                continue
+            if algorithm == "NVLS" and comm.n_nodes > 1:
+                continue  # multi-node NVLS needs CollNet
+        if algorithm == "PAT" and call.collective == "reduce_scatter" and call.redop == "avg":
+            continue  # PAT reduce-scatter cannot scale (PreMulSum / SumPostDiv)
+        out.extend((algorithm, protocol) for protocol in PROTOCOLS)
+    return out
+
+
+def choose(comm: CommState, call: Call) -> Choice:
+    """NCCL's algorithm, protocol, channel and thread choice for `call` (getAlgoInfo)."""
+    if call.func not in FUNCTIONS:
+        raise UsageError(f"{call.collective} is point-to-point; NCCL has no algorithm choice for it", "COLL",
+                         ", ".join(f for f in FUNCTIONS))
+    if call.dtype in _FP8 and comm.table.version.minor < 24:
+        raise UsageError(f"{call.dtype} needs NCCL 2.24 or later (this job models {comm.table.version.line})", "-d",
+                         "a type this release has")
+    nbytes = call.nbytes
+    if comm.nranks == 1:
+        return Choice("Ring", "Simple", 1, _final_threads(comm, "Ring", "Simple", comm.table.max_threads[
+            comm.table.algorithms.index("Ring")][2], nbytes, 1), 0.0)
+    best, best_time, backup_best, backup_time = None, float("inf"), None, float("inf")
+    for algorithm, protocol in _candidates(comm, call):
+        t = algo_time(comm.table, comm.inputs, call.func, algorithm, protocol, nbytes, comm.n_channels)
+        time_us = t.time_us
+        if call.dtype in _FP8 and algorithm == "Ring" and comm.nranks > 8 and time_us >= 0:
+            time_us *= 1024.0  # deep fp8 rings lose precision: least preferred (enqueue.cc, 2.24+)
+        if t.backup:
+            if 0 <= time_us < backup_time:
+                backup_best, backup_time = (algorithm, protocol), time_us
+            continue
+        if 0 <= time_us < best_time:
+            best, best_time = (algorithm, protocol), time_us
+    used_backup = False
+    if best is None:
+        if backup_best is None:
+            raise UsageError(f"no algorithm/protocol available for {call.func} with datatype {call.dtype}",
+                             "NCCL_ALGO / NCCL_PROTO", "a setting that leaves one algorithm and protocol enabled")
+        best, best_time, used_backup = backup_best, backup_time, True
+    algorithm, protocol = best
+    return _size(comm, call, algorithm, protocol, nbytes, best_time, used_backup)
+
+
+def _size(comm: CommState, call: Call, algorithm: str, protocol: str, nbytes: int, time_us: float,
+          backup: bool) -> Choice:
+    """topoGetAlgoInfo's channel and thread sizing for the chosen pair."""
+    a = comm.table.algorithms.index(algorithm)
+    nt = comm.table.max_threads[a][PROTOCOLS.index(protocol)]
+    threshold = _threshold(comm, algorithm, protocol)
+    nc = comm.n_channels
+    if algorithm in ("NVLS", "NVLSTree"):
+        nc = comm.nvls_channels
+        if comm.table.version.minor >= 23 and comm.n_nodes > 1 and algorithm == "NVLS":
+            nc = min(comm.nvls_channels, comm.n_channels)
+    else:
+        while nbytes < nc * nt * threshold and nc >= 2:
+            nc -= 1
+        while nbytes < nc * nt * threshold and nt % 128 == 0:
+            nt //= 2
+    return Choice(algorithm, protocol, nc, _final_threads(comm, algorithm, protocol, nt, nbytes, nc), time_us,
+                  backup)
+
+
+def _final_threads(comm: CommState, algorithm: str, protocol: str, nt: int, nbytes: int, nc: int) -> int:
+    if protocol == "Simple":
+        if algorithm == "Ring":
+            nt += WARP_SIZE  # an extra warp for synchronisation
+        if algorithm == "Tree":
+            nt += 4 * WARP_SIZE  # split thread model
+    nt = 3 * WARP_SIZE if nt // WARP_SIZE < 3 else nt
+    if algorithm == "Tree" or (algorithm == "PAT" and comm.table.version.minor >= 23):
+        nt = NCCL_MAX_NTHREADS  # tree (and PAT) always use every thread
+    return nt

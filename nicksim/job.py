@@ -1,0 +1,130 @@
+"""One job through the core pipeline: topology -> paths -> search -> connect -> communicator.
+
+`JobSpec` says what a user names on the command line (a system, how many nodes, the NCCL
+release, the network); `load_job(spec, params)` runs every core phase once and returns a `Job`
+holding each phase's immutable result. Nodes are identical, so a node is searched once and
+rank R sees its node as local rank R mod G sees node 0 — which is what keeps jobs of thousands
+of GPUs instant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from .catalog import DEFAULT_SYSTEM, load_node
+from .choose import CommState, comm_state
+from .cluster import Cluster, ClusterSpec, build_cluster
+from .connect import Channels, connect
+from .constants import DEFAULT_VERSION, parse_version, topo_rules
+from .errors import UsageError
+from .fill import FillOptions
+from .hardware import FABRICS, fabric, gpu_model
+from .params import Params
+from .paths import Paths, compute_paths
+from .search import Graph, search_graphs
+from .topo import System, build_system
+
+__all__ = ["JobSpec", "Job", "load_job", "load_node_paths"]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A job as the SYSTEM options describe it. `system` is a catalog name or a topology file;
+    None means NCCL_TOPO_FILE, else the default system."""
+
+    system: str | None = None
+    nodes: int = 1
+    nccl_version: str = str(DEFAULT_VERSION.line)
+    gpu: str | None = None
+    gpus_per_node: int | None = None
+    fabric: str | None = None
+    nics_per_node: int | None = None
+    nic_gbps: float | None = None
+    oversubscription: float = 1.0
+    hosts_per_leaf: int = 32
+    rail_optimized: bool = True
+    switch_lat_us: float | None = None
+    rank: int = 0
+    where: str = "SYSTEM"
+
+
+@dataclass(frozen=True)
+class Job:
+    """Every core phase's result for one job, as rank `rank` sees it. Channels and the
+    communicator are computed on first use (the topology alone needs neither)."""
+
+    spec: JobSpec
+    system_name: str
+    filled: object
+    system: System
+    paths: Paths
+    cluster: Cluster
+    params: Params
+
+    @property
+    def nodes(self) -> int:
+        return self.spec.nodes
+
+    @property
+    def nranks(self) -> int:
+        return self.spec.nodes * len(self.paths.node_system.gpus())
+
+    @cached_property
+    def graphs(self) -> dict[str, Graph]:
+        return search_graphs(self.paths, self.params)
+
+    @cached_property
+    def channels(self) -> Channels:
+        return connect(self.paths, self.graphs, self.params, self.nodes, self.spec.rank)
+
+    def channels_of(self, rank: int) -> Channels:
+        """Channels as `rank` sees them (its own tree links; rings are the same cycles)."""
+        if rank == self.spec.rank:
+            return self.channels
+        return connect(self.paths, self.graphs, self.params, self.nodes, rank)
+
+    def tree_links(self) -> dict[int, dict[int, tuple[int, tuple[int, ...]]]]:
+        """Every rank's tree parent and children per channel: {channel: {rank: (up, down)}}."""
+        views = [self.channels_of(r) for r in range(self.nranks)]
+        return {c: {r: (v.tree_up[c], v.tree_down[c]) for r, v in enumerate(views)}
+                for c in range(views[0].n_channels)}
+
+    @cached_property
+    def comm(self) -> CommState:
+        return comm_state(self.paths, self.graphs, self.channels.n_channels, self.nodes, self.params)
+
+
+def load_node_paths(spec: JobSpec, params: Params):
+    """(system name, filled document, system, paths, fabric) of one node as `spec.rank` sees it."""
+    version = parse_version(spec.nccl_version)
+    rules = topo_rules(version)
+    name, where = spec.system, spec.where
+    if not name:
+        name, where = (params.get("NCCL_TOPO_FILE"), "NCCL_TOPO_FILE") if params.get("NCCL_TOPO_FILE") \
+            else (DEFAULT_SYSTEM, "SYSTEM")
+    fab = fabric(spec.fabric) if spec.fabric else None
+    model = gpu_model(spec.gpu) if spec.gpu else None
+    options = FillOptions(gpu=model, gpus_per_node=spec.gpus_per_node, nics_per_node=spec.nics_per_node,
+                          nic_gbps=spec.nic_gbps, fabric=fab)
+    filled, entry = load_node(name, options, where)
+    if fab is None:
+        fab = fabric(entry.fabric) if entry else FABRICS["ib"]
+    system = build_system(filled.doc, rules, notes=filled.notes)
+    nranks = spec.nodes * len(system.gpus())
+    ranks = sorted(system.nodes[g].gpu.rank for g in system.gpus())
+    if ranks and spec.rank >= nranks:
+        raise UsageError(f"rank {spec.rank} is not in a job of {nranks} ranks", "--rank", f"0..{nranks - 1}")
+    # Nodes are identical: rank R sees its node as local rank R mod (GPUs per node) sees node 0.
+    local = ranks[spec.rank % len(ranks)] if ranks else None
+    paths = compute_paths(system, params, nranks=nranks, rank=local, net_plugin=fab.net_plugin)
+    return name, filled, system, paths, fab
+
+
+def load_job(spec: JobSpec, params: Params) -> Job:
+    """Run topology, paths and the cluster build for `spec`; search, connect and the
+    communicator follow lazily from the returned Job."""
+    name, filled, system, paths, fab = load_node_paths(spec, params)
+    cluster = build_cluster(system, paths, ClusterSpec(
+        nodes=spec.nodes, fabric=fab, rail_optimized=spec.rail_optimized, hosts_per_leaf=spec.hosts_per_leaf,
+        oversubscription=spec.oversubscription, switch_lat_us=spec.switch_lat_us))
+    return Job(spec, name, filled, system, paths, cluster, params)
