@@ -1,0 +1,583 @@
+"""Plans: how one call is cut over channels and chunks, and what each rank does on each channel.
+
+`plan_call(comm, call)` takes NCCL's choice for the call (choose.py) and applies enqueue.cc's
+scheduler: the call's elements are cut into 16-byte cells and spread over channels by traffic
+(scheduleCollTasksToPlan: a low, middle and high part, `cbd`), and each part gets its chunk size
+from calcCollChunking. `rank_programs(plan, rings, trees, rank)` turns a plan into the primitive
+sequence the device code runs for that rank on each channel (all_reduce.h, all_gather.h,
+reduce_scatter.h, broadcast.h, reduce.h of NCCL 2.30: ring, tree split up/down, NVLS
+scatter/reduce/gather), and `check_programs` executes every rank's programs symbolically:
+each connection is a FIFO, each reduction tracks which ranks contributed, and the check fails
+unless every byte of every rank's output is produced exactly once with the right contributions.
+
+Element offsets are in the call's element space: the vector for all_reduce, broadcast and
+reduce; the concatenation of all ranks' pieces (rank r owns [r*count, (r+1)*count)) for
+all_gather and reduce_scatter.
+
+Modelled: NCCL 2.22+ channel partition (2.19-2.21 stripe chunks over channels instead and
+are refused); ring programs for the five collectives, tree all_reduce, single-node NVLS
+all_reduce. NVLSTree, PAT and CollNet plans carry their sizes but no programs yet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .calls import Call
+from .choose import Choice, CommState, choose
+from .errors import NickSimError, UsageError
+
+__all__ = ["ChannelPart", "Plan", "Prim", "Stream", "ChannelProgram", "PlanCheckError", "plan_call",
+           "rank_programs", "check_programs", "proto_grain_nbytes"]
+
+NCCL_STEPS = 8
+
+
+def proto_grain_nbytes(protocol: str) -> int:
+    """device.h ncclProtoGrainSize: LL 16 B; LL128 32 threads x 8 elems / 16 x 15 x 8 B = 1920 B; Simple 512 B."""
+    return {"LL": 16, "LL128": 1920, "Simple": 512}[protocol]
+
+
+@dataclass(frozen=True)
+class ChannelPart:
+    """One channel's share of a call: `count` elements from `offset` (both in per-rank count units,
+    cbd partOffset/partCount) moved in chunks of `chunk_count` elements."""
+
+    channel: int
+    offset: int
+    count: int
+    chunk_nbytes: int
+    chunk_count: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything NCCL decides for one call before the kernel runs.
+
+    `parts` lists the channels the call uses (nChannels = len(parts)); `step_nbytes` is the
+    connection buffer slot (buffSize / NCCL_STEPS); Simple ring transfers move `slice_steps`
+    slots per primitive step and `chunk_steps` per chunk.
+    """
+
+    call: Call
+    algorithm: str
+    protocol: str
+    n_threads: int
+    max_channels: int
+    time_us: float
+    step_nbytes: int
+    chunk_steps: int
+    slice_steps: int
+    parts: tuple[ChannelPart, ...]
+    nvls_heads: int = 0
+
+    @property
+    def n_channels(self) -> int:
+        return len(self.parts)
+
+
+def _div_up(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _log2i(n: int) -> int:
+    return n.bit_length() - 1 if n > 0 else 0
+
+
+def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int) -> int:
+    """calcCollChunking for one channel holding `nbytes` of global (not traffic) bytes."""
+    algorithm, protocol = choice.algorithm, choice.protocol
+    p = ("LL", "LL128", "Simple").index(protocol)
+    step = comm.buff_nbytes[p] // NCCL_STEPS
+    ring_simple = protocol == "Simple" and algorithm == "Ring"
+    chunk_steps = _chunk_steps(call)[0] if ring_simple else 1
+    chunk = step * chunk_steps
+    if protocol == "LL":
+        chunk //= 2
+    if protocol == "LL128":
+        chunk = (chunk // 16) * 15  # NCCL_LL128_LINEELEMS / NCCL_LL128_DATAELEMS
+    if algorithm == "NVLS":
+        limit = comm.nvls_chunk_nbytes
+        if comm.n_nodes > 1 and comm.table.bw("AllReduce", "NVLS", "Simple") < 150:
+            limit = 32768
+        chunk = min(chunk, limit)
+        ops = comm.nvls_heads
+        for factor, floor in ((64, 65536), (8, 32768), (2, 16384)):
+            if nbytes < factor * ops * chunk and chunk > floor:
+                chunk = floor
+    elif algorithm == "NVLSTree":
+        ops = comm.nvls_heads
+        chunk = min(comm.nvls_chunk_nbytes, comm.nvls_tree_max_chunk_nbytes)
+        for factor, floor in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+            if nbytes < factor * ops * chunk and chunk > floor:
+                chunk = floor
+    elif algorithm == "Tree" and protocol == "LL128":
+        ppn = comm.nranks / comm.n_nodes
+        steps = 1 + _log2i(comm.n_nodes) + 0.1 * ppn
+        while nbytes // chunk < steps * 64 / ppn and chunk > 131072:
+            chunk //= 2
+        while nbytes // chunk < steps * 16 / ppn and chunk > 32768:
+            chunk //= 2
+    elif algorithm == "PAT":
+        factor = 32 if call.collective == "all_gather" else 16
+        while chunk * factor > nbytes and chunk > 65536:
+            chunk //= 2
+    return chunk
+
+
+def _chunk_steps(call: Call) -> tuple[int, int]:
+    """collectives.h: (chunkSteps, sliceSteps) of Simple rings: 4/2 for all_reduce, all_gather and
+    reduce_scatter (NCCL_STEPS/2, NCCL_STEPS/4), 1/1 for broadcast and reduce."""
+    if call.collective in ("broadcast", "reduce"):
+        return 1, 1
+    return NCCL_STEPS // 2, NCCL_STEPS // 4
+
+
+def _partition(comm: CommState, call: Call, choice: Choice) -> list[tuple[int, int, int]]:
+    """scheduleCollTasksToPlan for a call alone in its plan: [(channel, offset, count)]."""
+    minor = comm.table.version.minor
+    elem = call.elem_nbytes
+    nvls = choice.algorithm in ("NVLS", "NVLSTree")
+    kind_max = (comm.nvls_channels if nvls else comm.n_channels)
+    if nvls and minor >= 23 and comm.n_nodes > 1 and choice.algorithm == "NVLS":
+        kind_max = min(comm.n_channels, comm.nvls_channels)
+    n_ch = min(choice.max_channels, kind_max)
+    traffic_per_byte = call.traffic_per_byte
+    traffic = call.count * elem * traffic_per_byte
+    if minor >= 23:
+        min_traffic = 32 << 10  # MinTrafficPerChannel (2.30.7)
+        traffic = max(min_traffic, traffic)
+        per_channel = _div_up(traffic // n_ch, 16) * 16
+        # LL moves 16 bytes per 8 of data, and enqueue.cc counts its traffic four-fold from here on.
+        traffic_per_byte *= 4 if choice.protocol == "LL" else 1
+        cell = _div_up(_div_up(min_traffic, traffic_per_byte), 16) * 16
+    else:
+        per_channel = max(512, traffic // n_ch)  # 2.22.3: MinTrafficPerChannel 512, 16-byte cells
+        cell = 16
+    elems_per_cell = cell // elem
+    cells = _div_up(call.count * elem, cell)
+    traffic_per_cell = cell * traffic_per_byte
+    cells_per_channel = min(cells, _div_up(per_channel, traffic_per_cell))
+    if kind_max == 1:
+        cells_lo = cells
+    elif minor >= 23:
+        cells_lo = min(cells, _div_up(per_channel, traffic_per_cell))
+    else:
+        cells_lo = min(cells, per_channel // traffic_per_cell)
+    n_mid = (cells - cells_lo) // cells_per_channel if cells_per_channel else 0
+    cells_hi = (cells - cells_lo) % cells_per_channel if cells_per_channel else 0
+    used = (1 if cells_lo else 0) + n_mid + (1 if cells_hi else 0)
+    channel = 0
+    if kind_max < used:  # overflowed the channels: spread the rest over what is left
+        n_mid = kind_max - 2
+        cells_per_channel = (cells - cells_lo) // (n_mid + 1)
+        cells_hi = cells_per_channel + (cells - cells_lo) % (n_mid + 1)
+    if cells_hi == 0 and n_mid != 0:
+        cells_hi = cells_per_channel
+        n_mid -= 1
+    if cells_lo == 0:
+        channel += 1
+        if n_mid == 0:
+            cells_lo, cells_hi = cells_hi, 0
+        else:
+            cells_lo = cells_per_channel
+            n_mid -= 1
+    count_mid = cells_per_channel * elems_per_cell if n_mid else 0
+    count_lo = cells_lo * elems_per_cell
+    count_hi = cells_hi * elems_per_cell
+    excess = cells * elems_per_cell - call.count
+    if count_hi:
+        count_hi -= excess
+    else:
+        count_lo -= excess
+    parts = [(channel, 0, count_lo)] if count_lo else []
+    offset = count_lo
+    for i in range(n_mid):
+        parts.append((channel + len(parts), offset, count_mid))
+        offset += count_mid
+    if cells_hi:
+        parts.append((channel + len(parts), offset, count_hi))
+    return parts
+
+
+def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan:
+    """The plan NCCL makes for `call` on `comm` (its own choice unless `choice` is given)."""
+    if comm.table.version.minor < 22:
+        raise UsageError(f"per-channel plans of NCCL {comm.table.version.line} are not modelled (2.19-2.21 stripe "
+                         "chunks over channels)", "--nccl-version", "2.22 or later")
+    choice = choice or choose(comm, call)
+    elem = call.elem_nbytes
+    grain = proto_grain_nbytes(choice.protocol)
+    global_per_elem = elem * (call.nranks if call.collective in ("all_gather", "reduce_scatter") else 1)
+    parts = []
+    if call.count > 0:
+        for channel, offset, count in _partition(comm, call, choice):
+            chunk = _chunk_nbytes(comm, call, choice, global_per_elem * count)
+            parts.append(ChannelPart(channel, offset, count, chunk, (chunk // grain) * (grain // elem)))
+    p = ("LL", "LL128", "Simple").index(choice.protocol)
+    ring_simple = choice.protocol == "Simple" and choice.algorithm == "Ring"
+    chunk_steps, slice_steps = _chunk_steps(call) if ring_simple else (1, 1)
+    return Plan(call, choice.algorithm, choice.protocol, choice.n_threads, choice.max_channels, choice.time_us,
+                comm.buff_nbytes[p] // NCCL_STEPS, chunk_steps, slice_steps, tuple(parts), comm.nvls_heads)
+
+
+# --- primitive programs --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Prim:
+    """One device primitive: `op` over `nelem` elements at `offset` of the call's element space,
+    receiving from `recv_from` and sending to `send_to` (ranks; -2 is the NVLS multicast switch).
+    nelem may be 0: NCCL still runs the step (it carries no data but keeps the FIFOs in step)."""
+
+    op: str
+    offset: int
+    nelem: int
+    recv_from: tuple[int, ...] = ()
+    send_to: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A thread group's sequence of primitives (tree split and NVLS run several per channel)."""
+
+    name: str
+    prims: tuple[Prim, ...]
+
+
+@dataclass(frozen=True)
+class ChannelProgram:
+    """What one rank runs on one channel."""
+
+    channel: int
+    streams: tuple[Stream, ...]
+
+
+NVLS_SWITCH = -2
+
+
+def _align_up(a: int, b: int) -> int:
+    return _div_up(a, b) * b
+
+
+def _ring_allreduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...], rank: int, index: int) -> list[Prim]:
+    n = len(ring)
+    prev, nxt = ring[-1], ring[1]
+    elem = plan.call.elem_nbytes
+    chunk_count = part.chunk_count
+    loop = n * chunk_count
+    prims = []
+    off = 0
+    while off < part.count:
+        rem = part.count - off
+        if rem < loop:
+            chunk_count = _align_up(_div_up(rem, n), 16 // elem)
+
+        def at(chunk: int) -> tuple[int, int]:
+            c_off = chunk * chunk_count
+            return part.offset + off + c_off, max(0, min(chunk_count, rem - c_off))
+
+        def mod(r: int) -> int:
+            return r - n if r >= n else r
+
+        prims.append(Prim("send", *at(mod(index + n - 1)), send_to=(nxt,)))
+        for j in range(2, n):
+            prims.append(Prim("recvReduceSend", *at(mod(index + n - j)), recv_from=(prev,), send_to=(nxt,)))
+        prims.append(Prim("recvReduceCopySend", *at(index), recv_from=(prev,), send_to=(nxt,)))
+        for j in range(1, n - 1):
+            prims.append(Prim("recvCopySend", *at(mod(index + n - j)), recv_from=(prev,), send_to=(nxt,)))
+        prims.append(Prim("recv", *at(mod(index + 1)), recv_from=(prev,)))
+        off += loop
+    return prims
+
+
+def _chunks(part: ChannelPart):
+    off = 0
+    while off < part.count:
+        yield part.offset + off, min(part.chunk_count, part.count - off)
+        off += part.chunk_count
+
+
+def _ring_allgather(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> list[Prim]:
+    n, count = len(ring), plan.call.count
+    prev, nxt = ring[-1], ring[1]
+    prims = []
+    for data, nelem in _chunks(part):
+        prims.append(Prim("copySend", data + ring[0] * count, nelem, send_to=(nxt,)))
+        for j in range(1, n - 1):
+            prims.append(Prim("recvCopySend", data + ring[n - j] * count, nelem, recv_from=(prev,), send_to=(nxt,)))
+        prims.append(Prim("recv", data + ring[1] * count, nelem, recv_from=(prev,)))
+    return prims
+
+
+def _ring_reducescatter(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> list[Prim]:
+    n, count = len(ring), plan.call.count
+    prev, nxt = ring[-1], ring[1]
+    prims = []
+    for data, nelem in _chunks(part):
+        prims.append(Prim("send", data + ring[n - 1] * count, nelem, send_to=(nxt,)))
+        for j in range(2, n):
+            prims.append(Prim("recvReduceSend", data + ring[n - j] * count, nelem, recv_from=(prev,), send_to=(nxt,)))
+        prims.append(Prim("recvReduceCopy", data + ring[0] * count, nelem, recv_from=(prev,)))
+    return prims
+
+
+def _ring_broadcast(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> list[Prim]:
+    root, rank, nxt, prev = plan.call.root, ring[0], ring[1], ring[-1]
+    prims = []
+    for off, nelem in _chunks(part):
+        if rank == root:
+            prims.append(Prim("copySend", off, nelem, send_to=(nxt,)))
+        elif nxt == root:
+            prims.append(Prim("recv", off, nelem, recv_from=(prev,)))
+        else:
+            prims.append(Prim("recvCopySend", off, nelem, recv_from=(prev,), send_to=(nxt,)))
+    return prims
+
+
+def _ring_reduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> list[Prim]:
+    root, rank, nxt, prev = plan.call.root, ring[0], ring[1], ring[-1]
+    prims = []
+    for off, nelem in _chunks(part):
+        if prev == root:
+            prims.append(Prim("send", off, nelem, send_to=(nxt,)))
+        elif rank == root:
+            prims.append(Prim("recvReduceCopy", off, nelem, recv_from=(prev,)))
+        else:
+            prims.append(Prim("recvReduceSend", off, nelem, recv_from=(prev,), send_to=(nxt,)))
+    return prims
+
+
+def _tree_allreduce(part: ChannelPart, up: int, down: tuple[int, ...]) -> tuple[Stream, ...]:
+    """runTreeSplit (SM80+): the root reduces and broadcasts in one pass; other ranks run an
+    up group (reduce towards the root) and a down group (broadcast from it) concurrently."""
+    children = tuple(d for d in down if d >= 0)
+    chunks = list(_chunks(part))
+    if up < 0:
+        if not children:
+            return (Stream("root", tuple(Prim("copy", o, n) for o, n in chunks)),)
+        return (Stream("root", tuple(Prim("recvReduceCopySend", o, n, recv_from=children, send_to=children)
+                                     for o, n in chunks)),)
+    if not children:
+        upward = tuple(Prim("send", o, n, send_to=(up,)) for o, n in chunks)
+        downward = tuple(Prim("recv", o, n, recv_from=(up,)) for o, n in chunks)
+    else:
+        upward = tuple(Prim("recvReduceSend", o, n, recv_from=children, send_to=(up,)) for o, n in chunks)
+        downward = tuple(Prim("recvCopySend", o, n, recv_from=(up,), send_to=children) for o, n in chunks)
+    return Stream("up", upward), Stream("down", downward)
+
+
+def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, n_heads: int) -> tuple[Stream, ...]:
+    """Single-node NVLS (all_reduce.h): scatter the loop's n_heads chunks into the multicast
+    buffers, the head of each chunk reduces it through the switch and multicasts the result,
+    every rank gathers all n_heads results."""
+    elem = plan.call.elem_nbytes
+    chunk = part.chunk_count
+    loop = n_heads * chunk
+    rem = part.count % loop
+    last_chunk = _align_up(_div_up(rem, n_heads), 16384 // elem)
+    scatter, gather, reduce = [], [], []
+    off = 0
+    while off < part.count:
+        if part.count - off < loop:
+            chunk = last_chunk
+        pieces = [(part.offset + off + h * chunk, max(0, min(chunk, part.count - off - h * chunk)))
+                  for h in range(n_heads)]
+        scatter += [Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces]
+        if rank < n_heads:
+            o, n = pieces[rank]
+            reduce.append(Prim("nvlsReduceMulticast", o, n, recv_from=(NVLS_SWITCH,), send_to=(NVLS_SWITCH,)))
+        gather += [Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces]
+        off += loop
+    streams = [Stream("scatter", tuple(scatter)), Stream("gather", tuple(gather))]
+    if reduce:
+        streams.append(Stream("reduce", tuple(reduce)))
+    return tuple(streams)
+
+
+def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, rank: int) -> tuple[ChannelProgram, ...]:
+    """The primitive programs `rank` runs for `plan`, one per channel the plan uses.
+
+    `rings[c]` is channel c's ring as rank 0 prints it (starting at rank 0); `trees[c]` maps a
+    rank to (up, (down0, down1, down2)) on channel c (only needed for Tree).
+    """
+    call, algorithm = plan.call, plan.algorithm
+    programs = []
+    for part in plan.parts:
+        c = part.channel
+        if algorithm == "Ring":
+            ring0 = rings[c % len(rings)]
+            pos = ring0.index(rank)
+            ring = ring0[pos:] + ring0[:pos]
+            builders = {"all_reduce": lambda: _ring_allreduce(plan, part, ring, rank, pos),
+                        "all_gather": lambda: _ring_allgather(plan, part, ring),
+                        "reduce_scatter": lambda: _ring_reducescatter(plan, part, ring),
+                        "broadcast": lambda: _ring_broadcast(plan, part, ring),
+                        "reduce": lambda: _ring_reduce(plan, part, ring)}
+            streams = (Stream("ring", tuple(builders[call.collective]())),)
+        elif algorithm == "Tree" and call.collective == "all_reduce":
+            up, down = trees[c][rank]
+            streams = _tree_allreduce(part, up, down)
+        elif algorithm == "NVLS" and call.collective == "all_reduce" and plan.nvls_heads == call.nranks:
+            streams = _nvls_allreduce(plan, part, rank, plan.nvls_heads)
+        else:
+            raise UsageError(f"primitive programs for {algorithm} {call.collective} are not modelled yet",
+                             "plan", "Ring (all collectives), Tree all_reduce, single-node NVLS all_reduce")
+        programs.append(ChannelProgram(c, streams))
+    return tuple(programs)
+
+
+# --- symbolic execution --------------------------------------------------------------------------
+
+class PlanCheckError(NickSimError):
+    """A plan whose programs would lose, duplicate or double-count data, or never finish."""
+
+    def __init__(self, what: str):
+        super().__init__(what, "plan", "programs that produce every output byte exactly once")
+
+
+def _expected(call: Call, rank: int) -> list[tuple[int, int, frozenset]]:
+    """(offset, nelem, contributors) each rank's output must hold."""
+    n, count, everyone = call.nranks, call.count, frozenset(range(call.nranks))
+    if call.collective == "all_reduce":
+        return [(0, count, everyone)]
+    if call.collective == "all_gather":
+        return [(r * count, count, frozenset((r,))) for r in range(n)]
+    if call.collective == "reduce_scatter":
+        return [(rank * count, count, everyone)]
+    if call.collective == "broadcast":
+        return [(0, count, frozenset((call.root,)))]
+    if call.collective == "reduce":
+        return [(0, count, everyone)] if rank == call.root else []
+    raise UsageError(f"no output rule for {call.collective}", "plan")
+
+
+def _has_input(call: Call, rank: int, offset: int, nelem: int) -> bool:
+    if call.collective == "all_gather":
+        return rank * call.count <= offset and offset + nelem <= (rank + 1) * call.count
+    if call.collective == "broadcast":
+        return rank == call.root
+    return True
+
+
+class _Executor:
+    def __init__(self, call: Call, programs: dict[int, tuple[ChannelProgram, ...]]):
+        self.call = call
+        self.fifos: dict[tuple, list] = {}
+        self.outputs: dict[int, list] = {r: [] for r in programs}
+        self.switch: dict[tuple, set] = {}
+        self.multicast: dict[tuple, frozenset] = {}
+        self.streams = [(rank, prog.channel, stream.name, list(stream.prims))
+                        for rank, progs in programs.items() for prog in progs for stream in prog.streams]
+        self.local = len(programs)
+
+    def _fail(self, rank, channel, prim, what):
+        raise PlanCheckError(f"rank {rank} channel {channel} {prim.op}@{prim.offset}+{prim.nelem}: {what}")
+
+    def _input(self, rank, channel, prim) -> frozenset:
+        if prim.nelem and not _has_input(self.call, rank, prim.offset, prim.nelem):
+            self._fail(rank, channel, prim, "reads input the rank does not have")
+        return frozenset((rank,))
+
+    def _ready(self, rank, channel, prim) -> bool:
+        if prim.op == "nvlsReduceMulticast":
+            return len(self.switch.get((channel, prim.offset, prim.nelem), ())) == self.local
+        if prim.op == "nvlsGather":
+            return (channel, prim.offset, prim.nelem) in self.multicast
+        return all(self.fifos.get((channel, src, rank)) for src in prim.recv_from)
+
+    def _pop(self, rank, channel, prim) -> frozenset:
+        value: frozenset = frozenset()
+        for src in prim.recv_from:
+            offset, nelem, got = self.fifos[(channel, src, rank)].pop(0)
+            if (offset, nelem) != (prim.offset, prim.nelem):
+                self._fail(rank, channel, prim, f"received {offset}+{nelem} from rank {src}")
+            if value & got:
+                self._fail(rank, channel, prim, f"ranks {sorted(value & got)} would be reduced twice")
+            value |= got
+        return value
+
+    def _add(self, rank, channel, prim, value, own):
+        if value & own:
+            self._fail(rank, channel, prim, "its own input would be reduced twice")
+        return value | own
+
+    def _step(self, rank, channel, prim) -> None:
+        op = prim.op
+        if op == "nvlsScatter":
+            key = (channel, prim.offset, prim.nelem)
+            if rank in self.switch.setdefault(key, set()):
+                self._fail(rank, channel, prim, "scattered twice")
+            self.switch[key].add(rank)
+            return
+        if op == "nvlsReduceMulticast":
+            key = (channel, prim.offset, prim.nelem)
+            if key in self.multicast:
+                self._fail(rank, channel, prim, "reduced twice")
+            self.multicast[key] = frozenset(self.switch[key])
+            return
+        if op == "nvlsGather":
+            self.outputs[rank].append((prim.offset, prim.nelem, self.multicast[(channel, prim.offset, prim.nelem)]))
+            return
+        if op in ("send", "copySend", "copy"):
+            value = self._input(rank, channel, prim)
+        elif op in ("recvReduceSend", "recvReduceCopySend", "recvReduceCopy"):
+            value = self._add(rank, channel, prim, self._pop(rank, channel, prim), self._input(rank, channel, prim))
+        elif op in ("recvCopySend", "recv"):
+            value = self._pop(rank, channel, prim)
+        else:
+            self._fail(rank, channel, prim, "unknown primitive")
+        if op in ("copySend", "copy", "recvReduceCopySend", "recvReduceCopy", "recvCopySend", "recv"):
+            self.outputs[rank].append((prim.offset, prim.nelem, value))
+        for dst in prim.send_to:
+            self.fifos.setdefault((channel, rank, dst), []).append((prim.offset, prim.nelem, value))
+
+    def run(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            for rank, channel, _, prims in self.streams:
+                while prims and self._ready(rank, channel, prims[0]):
+                    self._step(rank, channel, prims.pop(0))
+                    progress = True
+        stuck = [(rank, channel, name, prims[0]) for rank, channel, name, prims in self.streams if prims]
+        if stuck:
+            rank, channel, name, prim = stuck[0]
+            raise PlanCheckError(f"{len(stuck)} streams never finish; first: rank {rank} channel {channel} "
+                                 f"{name} waits in {prim.op}@{prim.offset}+{prim.nelem} on {prim.recv_from}")
+        left = [key for key, queue in self.fifos.items() if queue]
+        if left:
+            raise PlanCheckError(f"data left unreceived on connection channel/src/dst {left[0]}")
+
+
+def _covered(pieces: list[tuple[int, int, frozenset]], expected, rank: int) -> None:
+    wanted = []
+    for offset, nelem, value in expected:
+        wanted.append((offset, offset + nelem, value))
+    got = sorted((o, o + n, v) for o, n, v in pieces if n > 0)
+    for (a0, a1, _), (b0, _, _) in zip(got, got[1:]):
+        if b0 < a1:
+            raise PlanCheckError(f"rank {rank}: output elements {b0}..{a1 - 1} are written twice")
+    for start, end, value in wanted:
+        pos = start
+        for o0, o1, v in got:
+            if o1 <= start or o0 >= end:
+                continue
+            if o0 != pos:
+                raise PlanCheckError(f"rank {rank}: output elements {pos}..{o0 - 1} are never written")
+            if v != value:
+                raise PlanCheckError(f"rank {rank}: output {o0}..{o1 - 1} holds ranks {sorted(v)}, "
+                                     f"expected {sorted(value)}")
+            pos = o1
+        if pos < end:
+            raise PlanCheckError(f"rank {rank}: output elements {pos}..{end - 1} are never written")
+    inside = sum(min(o1, w1) - max(o0, w0) for o0, o1, _ in got for w0, w1, _ in wanted if o0 < w1 and o1 > w0)
+    if inside != sum(o1 - o0 for o0, o1, _ in got):
+        raise PlanCheckError(f"rank {rank}: writes outside its output")
+
+
+def check_programs(call: Call, programs: dict[int, tuple[ChannelProgram, ...]]) -> None:
+    """Run every rank's programs symbolically; raise PlanCheckError unless each rank's output is
+    written exactly once, everywhere, with exactly the contributions the collective promises."""
+    executor = _Executor(call, programs)
+    executor.run()
+    for rank in programs:
+        _covered(executor.outputs[rank], _expected(call, rank), rank)
