@@ -7,23 +7,30 @@ through params.read_params, and passed down.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from .catalog import CATALOG, DEFAULT_SYSTEM, load_node
-from .cluster import ClusterSpec, build_cluster, format_cluster
-from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version, topo_rules, tuning_tables
+from .alphabeta import alphabeta_table, format_alphabeta, scenario_tables
+from .calls import COLLECTIVES, collective_name, dtype_name, redop_name
+from .catalog import CATALOG, DEFAULT_SYSTEM
+from .cluster import format_cluster
+from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, tuning_tables
 from .errors import NickSimError, UsageError
-from .fill import FillOptions
-from .hardware import FABRICS, GPU_MODELS, fabric, gpu_model
+from .hardware import FABRICS, GPU_MODELS
+from .job import Job, JobSpec, load_job
 from .params import Params, read_params
-from .paths import compute_paths, format_nccl_paths, format_paths
-from .connect import connect, format_channels
-from .search import format_graph, graphs_xml, search_graphs
-from .topo import build_system, format_system
+from .paths import format_nccl_paths, format_paths
+from .perf import compare, format_comparison, perf_rows, sweep_sizes
+from .report import format_table, read_results, results_json
+from .constants.tuning_tables import PROTOCOLS
+from .connect import format_channels
+from .search import format_graph, graphs_xml
+from .topo import format_system
 from .tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, time_model_modelled,
                      tune_inputs, tune_model)
 from .xml import write_topo_xml
@@ -64,12 +71,15 @@ def _positive_float(name: str, minimum: float = 0.0, inclusive: bool = False):
     return parse
 
 
-def _add_system_options(p: argparse.ArgumentParser) -> None:
+def _add_system_options(p: argparse.ArgumentParser, positional: bool = True) -> None:
     g = p.add_argument_group("system")
-    g.add_argument("system", nargs="?", metavar="SYSTEM",
-                   help=f"catalog name ({', '.join(CATALOG)}) or an NCCL topology .xml file; "
-                        f"default: NCCL_TOPO_FILE if set, else {DEFAULT_SYSTEM}")
-    g.add_argument("--system", dest="system_opt", metavar="NAME|FILE", help="same as SYSTEM")
+    what = (f"catalog name ({', '.join(CATALOG)}) or an NCCL topology .xml file; "
+            f"default: NCCL_TOPO_FILE if set, else {DEFAULT_SYSTEM}")
+    if positional:
+        g.add_argument("system", nargs="?", metavar="SYSTEM", help=what)
+    else:
+        p.set_defaults(system=None)
+    g.add_argument("--system", dest="system_opt", metavar="NAME|FILE", help="same as SYSTEM" if positional else what)
     g.add_argument("--gpu", metavar="MODEL", help=f"complete partial files with this GPU ({', '.join(GPU_MODELS)})")
     g.add_argument("--nodes", type=_int_at_least("--nodes", 1), default=1, help="number of nodes (default 1)")
     g.add_argument("--gpus-per-node", type=_int_at_least("--gpus-per-node", 1), help="use the first G GPUs of each node")
@@ -112,7 +122,66 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the graphs as NCCL_GRAPH_DUMP_FILE does (also read from that variable)")
     search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     search.set_defaults(run=_run_search)
+    _add_perf_parser(sub)
+    _add_alphabeta_parser(sub)
     return parser
+
+
+def _size(name: str):
+    """nccl-tests' size grammar: a byte count with an optional K, M or G (powers of 1024)."""
+    def parse(text: str) -> int:
+        t = text.strip().upper().removesuffix("B")
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+        digits = t[:-1] if scale != 1 else t
+        try:
+            value = int(float(digits) * scale)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} '{text}' is not a size (valid: bytes like 8, 64K, 256M, 8G)") \
+                from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{name} {text} (valid: a size >= 0)")
+        return value
+    return parse
+
+
+def _add_perf_parser(sub) -> None:
+    perf = sub.add_parser("perf", help="an nccl-tests run (all_reduce_perf ...) answered by an engine")
+    perf.add_argument("collective", metavar="COLL", help=f"{', '.join(COLLECTIVES)} (or the _perf names)")
+    _add_system_options(perf, positional=False)
+    g = perf.add_argument_group("nccl-tests flags")
+    g.add_argument("-b", "--minbytes", type=_size("-b"), default=8, help="smallest size (default 8)")
+    g.add_argument("-e", "--maxbytes", type=_size("-e"), default=8 << 30, help="largest size (default 8G)")
+    step = g.add_mutually_exclusive_group()
+    step.add_argument("-f", "--stepfactor", type=_int_at_least("-f", 2), help="multiply the size by this (default 2)")
+    step.add_argument("-i", "--stepbytes", type=_size("-i"), help="add this many bytes per step")
+    g.add_argument("-n", "--iters", type=_int_at_least("-n", 1), default=20, help="timed iterations (default 20)")
+    g.add_argument("-w", "--warmup_iters", type=_int_at_least("-w", 0), default=1, help="warm-up iterations")
+    g.add_argument("-c", "--check", type=_int_at_least("-c", 0), default=1,
+                   help="check results (the model moves no data: #wrong prints N/A)")
+    g.add_argument("-d", "--datatype", default="float", help="data type (default float)")
+    g.add_argument("-o", "--op", default="sum", help="reduction (default sum)")
+    g.add_argument("-r", "--root", type=_int_at_least("-r", 0), default=0, help="root rank (default 0)")
+    g.add_argument("-z", "--blocking", type=_int_at_least("-z", 0), default=0, help="blocking collectives")
+    perf.add_argument("--engine", default="model", help="engine: model (NCCL's time model)")
+    perf.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
+    perf.add_argument("--plan", action="store_true",
+                      help="append NCCL's choice (algorithm, protocol, channels, threads) to each row")
+    perf.add_argument("--compare", metavar="FILE",
+                      help="measured nccl-tests output (text, JSON or a case file) to set beside the model")
+    perf.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    perf.set_defaults(run=_run_perf)
+
+
+def _add_alphabeta_parser(sub) -> None:
+    ab = sub.add_parser("alphabeta", help="the alpha-beta model: ring vs double binary tree allreduce, crossover")
+    ab.add_argument("--p", type=int, help="ranks (with --bw and --lat; default: the three built-in scenarios)")
+    ab.add_argument("--bw", type=float, help="link bandwidth, GB/s")
+    ab.add_argument("--lat", type=float, help="latency per step, us")
+    ab.add_argument("-b", "--minbytes", type=_size("-b"), default=8, help="smallest size (default 8)")
+    ab.add_argument("-e", "--maxbytes", type=_size("-e"), default=8 << 30, help="largest size (default 8G)")
+    ab.add_argument("-f", "--stepfactor", type=_int_at_least("-f", 2), default=2, help="size factor (default 2)")
+    ab.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    ab.set_defaults(run=_run_alphabeta)
 
 
 def _warn(lines: Sequence[str]) -> None:
@@ -120,55 +189,34 @@ def _warn(lines: Sequence[str]) -> None:
         print(f"nicksim: {line}", file=sys.stderr)
 
 
-def _system_spec(args, params: Params) -> tuple[str, str]:
+def _job_spec(args) -> JobSpec:
     if args.system and args.system_opt and args.system != args.system_opt:
         raise UsageError(f"two systems given ('{args.system}' and '{args.system_opt}')", "SYSTEM / --system",
                          "one of them")
-    if args.system or args.system_opt:
-        return args.system or args.system_opt, "SYSTEM"
-    topo_file = params.get("NCCL_TOPO_FILE")
-    if topo_file:
-        return topo_file, "NCCL_TOPO_FILE"
-    return DEFAULT_SYSTEM, "SYSTEM"
+    return JobSpec(system=args.system or args.system_opt, nodes=args.nodes, nccl_version=args.nccl_version,
+                   gpu=args.gpu, gpus_per_node=args.gpus_per_node, fabric=args.fabric,
+                   nics_per_node=args.nics_per_node, nic_gbps=args.nic_gbps, oversubscription=args.oversubscription,
+                   hosts_per_leaf=args.hosts_per_leaf, rail_optimized=args.rail, switch_lat_us=args.switch_lat_us,
+                   rank=getattr(args, "rank", 0))
 
 
-def _prepare(args, params: Params):
-    """System, paths and cluster for the SYSTEM options, as rank --rank sees them."""
-    version = parse_version(args.nccl_version)
-    rules = topo_rules(version)
-    spec, where = _system_spec(args, params)
-    fab = fabric(args.fabric) if args.fabric else None
-    model = gpu_model(args.gpu) if args.gpu else None
-    options = FillOptions(gpu=model, gpus_per_node=args.gpus_per_node, nics_per_node=args.nics_per_node,
-                          nic_gbps=args.nic_gbps, fabric=fab)
-    filled, entry = load_node(spec, options, where)
-    if fab is None:
-        fab = fabric(entry.fabric) if entry else FABRICS["ib"]
-    system = build_system(filled.doc, rules, notes=filled.notes)
-    nranks = args.nodes * len(system.gpus())
-    ranks = sorted(system.nodes[g].gpu.rank for g in system.gpus())
-    if ranks and args.rank >= nranks:
-        raise UsageError(f"rank {args.rank} is not in a job of {nranks} ranks", "--rank", f"0..{nranks - 1}")
-    # Nodes are identical: rank R sees its node as local rank R mod (GPUs per node) sees node 0.
-    local = ranks[args.rank % len(ranks)] if ranks else None
-    paths = compute_paths(system, params, nranks=nranks, rank=local, net_plugin=fab.net_plugin)
-    cluster = build_cluster(system, paths, ClusterSpec(
-        nodes=args.nodes, fabric=fab, rail_optimized=args.rail, hosts_per_leaf=args.hosts_per_leaf,
-        oversubscription=args.oversubscription, switch_lat_us=args.switch_lat_us))
-    _warn(system.notes)
-    _warn(paths.notes)
-    return filled, system, paths, cluster
+def _load(args, params: Params) -> Job:
+    """The job the SYSTEM options describe, with the topology's notes said on stderr."""
+    job = load_job(_job_spec(args), params)
+    _warn(job.system.notes)
+    _warn(job.paths.notes)
+    return job
 
 
 def _run_search(args, params: Params) -> int:
-    _, _, paths, _ = _prepare(args, params)
-    graphs = search_graphs(paths, params)
+    job = _load(args, params)
+    paths, graphs = job.paths, job.graphs
     # A note that applies to every graph (e.g. an unchecked release) is said once.
     _warn(list(dict.fromkeys(note for graph in graphs.values() for note in graph.notes)))
     for graph in graphs.values():
         print("\n".join(format_graph(paths, graph)))
     if len(paths.system.gpus()) == len(paths.node_system.gpus()):
-        channels = connect(paths, graphs, params, args.nodes, args.rank)
+        channels = job.channels
         print("\n".join(format_channels(channels)))
         tables = tuning_tables(paths.system.rules.version)
         if _debug_subsys(params, "TUNING") and args.rank == 0:
@@ -191,6 +239,93 @@ def _run_search(args, params: Params) -> int:
     return 0
 
 
+def _run_perf(args, params: Params) -> int:
+    collective = collective_name(args.collective)
+    dtype, redop = dtype_name(args.datatype), redop_name(args.op)
+    sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes)
+    job = _load(args, params)
+    measured = _measured_table(args.compare, collective, job.nranks) if args.compare else None
+    pairs = perf_rows(job, collective, sizes, dtype, redop, args.root, args.engine)
+    rows = [row for row, _ in pairs]
+    if args.check == 0 or args.engine == "model":
+        rows = [_unchecked(row) for row in rows]
+    step = f"{args.stepbytes}(bytes)" if args.stepbytes is not None else f"{args.stepfactor or 2}(factor)"
+    print(f"# nicksim perf {collective}: engine {args.engine}, {job.system_name}, "
+          f"{job.nranks} ranks ({job.nodes} node{'s' if job.nodes > 1 else ''} x "
+          f"{len(job.paths.node_system.gpus())} GPUs), NCCL {job.system.rules.version.line}")
+    print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
+          f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
+    table = format_table(collective, rows)
+    tuning = _debug_subsys(params, "TUNING") and (params.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE")
+    algo_index = {name: i for i, name in enumerate(job.comm.table.algorithms)} if collective in _PRICED else {}
+    body_start = 4
+    for i, line in enumerate(table):
+        k = i - body_start
+        if 0 <= k < len(pairs):
+            row, result = pairs[k]
+            if tuning and result.estimate == "nccl":
+                # enqueue.cc (2.22): rank 0 logs each decision under NCCL_DEBUG_SUBSYS=TUNING.
+                print(f"NCCL INFO {result.call.nbytes} Bytes -> Algo {algo_index[result.algorithm]} proto "
+                      f"{PROTOCOLS.index(result.protocol)} time {result.time_us:f}")
+            if args.plan:
+                line += (f"  # {result.algorithm}/{result.protocol} {result.n_channels}ch {result.n_threads}t"
+                         + ("" if result.estimate == "nccl" else f" ({result.estimate})"))
+        print(line)
+    if measured is not None:
+        print("\n".join(format_comparison(compare(rows, measured))))
+    if args.json:
+        run = {"engine": args.engine, "system": job.system_name, "nranks": job.nranks,
+               "nccl_version": job.system.rules.version.line}
+        _write_json(args.json, results_json(collective, rows, run))
+    return 0
+
+
+_PRICED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+def _unchecked(row):
+    """The model moves no data, so like nccl-tests with -c 0 it cannot count wrong elements."""
+    return replace(row, out_of_place=replace(row.out_of_place, nwrong=None),
+                   in_place=replace(row.in_place, nwrong=None) if row.in_place else None)
+
+
+def _measured_table(path: str, collective: str, nranks: int):
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", path, "a readable nccl-tests output file") from None
+    tables = read_results(text, path)
+    fitting = [t for t in tables if t.collective in (None, collective) and t.nranks in (None, nranks)]
+    if not fitting:
+        found = ", ".join(f"{t.collective} with {t.nranks} ranks" for t in tables) or "no tables"
+        raise UsageError(f"no {collective} table for {nranks} ranks (found {found})", path,
+                         "a file with a matching nccl-tests table")
+    return fitting[0]
+
+
+def _write_json(path: str, doc: dict) -> None:
+    try:
+        Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write: {exc.strerror}", path, "a writable file path") from None
+
+
+def _run_alphabeta(args, params: Params) -> int:
+    sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    given = [v is not None for v in (args.p, args.bw, args.lat)]
+    if any(given) and not all(given):
+        raise UsageError("--p, --bw and --lat go together", "alphabeta", "all three, or none for the scenarios")
+    if all(given):
+        tables = [alphabeta_table(args.p, args.bw, args.lat, sizes)]
+    else:
+        tables = list(scenario_tables(sizes).values())
+    for i, table in enumerate(tables):
+        if i:
+            print()
+        print("\n".join(format_alphabeta(table)))
+    return 0
+
+
 def _debug_subsys(params: Params, name: str) -> bool:
     """Whether NCCL_DEBUG_SUBSYS selects a subsystem (NCCL's default is INIT,BOOTSTRAP,ENV)."""
     text = params.get("NCCL_DEBUG_SUBSYS") or "INIT,BOOTSTRAP,ENV"
@@ -200,7 +335,8 @@ def _debug_subsys(params: Params, name: str) -> bool:
 
 
 def _run_topo(args, params: Params) -> int:
-    filled, system, paths, cluster = _prepare(args, params)
+    job = _load(args, params)
+    filled, paths, cluster = job.filled, job.paths, job.cluster
     dump = args.dump_xml or params.get("NCCL_TOPO_DUMP_FILE")
     if dump:
         write_topo_xml(filled.doc, dump)
@@ -220,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        params = read_params(os.environ, args.env)
+        params = read_params(os.environ, getattr(args, "env", []))
         _warn(params.warnings)
         return args.run(args, params)
     except NickSimError as exc:

@@ -1,0 +1,90 @@
+"""Engines turn calls into measured-looking results; `model` is NCCL's own time model.
+
+`model_result(job, call)` answers one call the way ncclGroupSimulateEnd would: NCCL's algorithm,
+protocol, channel and thread choice and its estimated time. Collectives are priced by NCCL's
+formula (choose.py); NCCL has no time model for point-to-point calls, so alltoall and sendrecv
+are priced by nicksim's own estimate (`p2p_time_us`), which the Result says in `estimate`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .calls import Call
+from .choose import choose
+from .constants.tuning_tables import tuning_tables
+from .job import Job
+
+__all__ = ["EngineResult", "model_result", "p2p_time_us", "ENGINES"]
+
+ENGINES: tuple[str, ...] = ("model",)
+
+# NCCL_P2P_LL_THRESHOLD default (enqueue.cc): point-to-point transfers up to 16 KiB use LL.
+P2P_LL_THRESHOLD_NBYTES = 16384
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One call's answer: time in microseconds (out-of-place and in-place are the same call to the
+    model), and the plan summary nccl-tests' JSON carries (`algorithm protocol nchannels nthreads`).
+    `estimate` names where the time comes from: "nccl" (NCCL's formula) or "nicksim-p2p"."""
+
+    call: Call
+    time_us: float
+    algorithm: str
+    protocol: str
+    n_channels: int
+    n_threads: int
+    estimate: str = "nccl"
+
+    def plan_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "protocol": self.protocol, "nchannels": self.n_channels,
+                "nthreads": self.n_threads}
+
+
+def _net_bw_per_gpu_gbps(job: Job) -> float:
+    """The node's NIC bandwidth shared by its GPUs (GB/s per GPU)."""
+    system = job.paths.node_system
+    nets = [system.nodes[n].net for n in system.of_kind("NET")]
+    total = sum(net.bw_gbps for net in nets if net is not None)
+    return total / max(1, len(system.gpus()))
+
+
+def p2p_time_us(job: Job, call: Call) -> float:
+    """nicksim's estimate for alltoall and sendrecv (NCCL prices no point-to-point call).
+
+    One step at NCCL's own latencies (Ring base + hardware latency of the path, LL up to the
+    16 KiB P2P LL threshold, else Simple), then the rank's bytes over its bottleneck: peers in
+    the node over the GPU-GPU path bandwidth, peers on other nodes over the GPU's share of the
+    node's NICs; the two kinds of traffic run concurrently.
+    """
+    n, per_node = call.nranks, len(job.paths.node_system.gpus())
+    peer_nbytes = call.count * call.elem_nbytes
+    if call.collective == "sendrecv":
+        peers = [(0 + 1) % n] if n > 1 else []
+    else:
+        peers = [r for r in range(n) if r != 0]
+    if not peers:
+        return 0.0
+    protocol = "LL" if peer_nbytes <= P2P_LL_THRESHOLD_NBYTES else "Simple"
+    tables = tuning_tables(job.paths.system.rules.version)
+    intra = [p for p in peers if p // per_node == 0]
+    inter = [p for p in peers if p // per_node != 0]
+    hw = "NET" if inter else ("NVLINK" if intra and job.paths.gpu_path(0, intra[0]).type == "NVL" else "PCI")
+    lat = tables.base_lat("Ring", protocol) + tables.hw_lat(hw, "Ring", protocol)
+    efficiency = 0.5 if protocol == "LL" else 1.0  # LL carries 8 data bytes per 16
+    intra_us = sum(peer_nbytes / (1e3 * job.paths.gpu_path(0, p).bw_gbps * efficiency) for p in intra)
+    net_bw = _net_bw_per_gpu_gbps(job) * efficiency
+    inter_us = len(inter) * peer_nbytes / (1e3 * net_bw) if inter and net_bw > 0 else 0.0
+    return lat + max(intra_us, inter_us)
+
+
+def model_result(job: Job, call: Call) -> EngineResult:
+    """NCCL's decision and estimated time for `call` on `job`."""
+    if call.collective in ("alltoall", "sendrecv"):
+        nbytes = call.count * call.elem_nbytes
+        protocol = "LL" if nbytes <= P2P_LL_THRESHOLD_NBYTES else "Simple"
+        return EngineResult(call, p2p_time_us(job, call), "P2P", protocol, job.channels.n_channels, 640,
+                            "nicksim-p2p")
+    choice = choose(job.comm, call)
+    return EngineResult(call, choice.time_us, choice.algorithm, choice.protocol, choice.max_channels,
+                        choice.n_threads)

@@ -1,0 +1,124 @@
+"""An nccl-tests run answered by an engine: sizes, rows, and the comparison with a measured run.
+
+`sweep_sizes` steps sizes as nccl-tests does (-b/-e with -f or -i); `perf_rows(job, ...)` asks
+the engine for each size and returns nccl-tests ResultRows carrying the plan; `compare(rows,
+measured)` pairs model rows with measured rows of the same size and says, per row and per size
+band, how far apart their bus bandwidths are.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .calls import call_for_size
+from .engines import EngineResult, model_result
+from .errors import UsageError
+from .job import Job
+from .report import MeasuredTable, ResultRow, measurement
+
+__all__ = ["sweep_sizes", "perf_rows", "Comparison", "compare", "format_comparison", "size_band"]
+
+
+def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, step_nbytes: int | None = None) \
+        -> list[int]:
+    """nccl-tests' size loop: from -b to -e, multiplying by -f or adding -i."""
+    if max_nbytes < min_nbytes:
+        raise UsageError(f"-e {max_nbytes} is below -b {min_nbytes}", "-b/-e", "-e at least -b")
+    sizes, size = [], min_nbytes
+    while size <= max_nbytes:
+        sizes.append(size)
+        if step_nbytes is not None:
+            if step_nbytes == 0:
+                break
+            size += step_nbytes
+        else:
+            if size == 0:
+                break
+            size *= step_factor or 2
+    return sizes
+
+
+def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float", redop: str = "sum",
+              root: int = 0, engine: str = "model") -> list[tuple[ResultRow, EngineResult]]:
+    """One nccl-tests row per size, timed by `engine`, with the engine's plan attached."""
+    if engine != "model":
+        raise UsageError(f"engine '{engine}' is not available", "--engine", "model")
+    if not 0 <= root < job.nranks:
+        raise UsageError(f"root {root} is not a rank of this job", "-r", f"0..{job.nranks - 1}")
+    out = []
+    for size in sizes:
+        call = call_for_size(collective, size, dtype, redop, root, job.nranks)
+        result = model_result(job, call)
+        nbytes = call.nbytes
+        time_us = max(result.time_us, 1e-3)  # a zero-byte call still costs a launch in nccl-tests
+        m = measurement(collective, job.nranks, nbytes, time_us)
+        row = ResultRow(nbytes, call.count, dtype, call.redop, call.root, m, m, result.plan_dict())
+        out.append((row, result))
+    return out
+
+
+def size_band(nbytes: int) -> str:
+    """The size bands validation reports by: < 64 KiB, 64 KiB - 16 MiB, >= 16 MiB."""
+    if nbytes < 64 << 10:
+        return "<64K"
+    return "64K-16M" if nbytes < 16 << 20 else ">=16M"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A model row beside the measured row of the same size; `error_pct` is the busbw error of
+    the model relative to the measurement, from the times where the measurement has one (busbw
+    columns are rounded to 0.01 GB/s, which erases small sizes), else from busbw."""
+
+    nbytes: int
+    model_time_us: float
+    measured_time_us: float | None
+    model_busbw_gbps: float
+    measured_busbw_gbps: float | None
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.measured_time_us:
+            return 100.0 * (self.measured_time_us / self.model_time_us - 1.0)
+        if not self.measured_busbw_gbps:
+            return None
+        return 100.0 * (self.model_busbw_gbps - self.measured_busbw_gbps) / self.measured_busbw_gbps
+
+
+def _measured_busbw(row: ResultRow) -> tuple[float | None, float | None]:
+    """Out-of-place time and busbw, falling back to in-place where a table has only that."""
+    for m in (row.out_of_place, row.in_place):
+        if m is not None and m.busbw_gbps is not None:
+            return m.time_us, m.busbw_gbps
+    return None, None
+
+
+def compare(rows: list[ResultRow], measured: MeasuredTable) -> list[Comparison]:
+    """Pairs of model and measured rows with the same size, in size order."""
+    by_size = {r.nbytes: r for r in measured.rows}
+    out = []
+    for row in rows:
+        other = by_size.get(row.nbytes)
+        if other is None:
+            continue
+        time_us, busbw = _measured_busbw(other)
+        out.append(Comparison(row.nbytes, row.out_of_place.time_us, time_us, row.out_of_place.busbw_gbps, busbw))
+    return out
+
+
+def format_comparison(pairs: list[Comparison]) -> list[str]:
+    """A `#`-commented block, one line per size, then median and worst absolute error per band."""
+    lines = ["# model vs measured (busbw error = model / measured - 1)",
+             f"# {'size':>12}  {'model_us':>10}  {'meas_us':>10}  {'model_busbw':>11}  {'meas_busbw':>10}  "
+             f"{'error%':>8}"]
+    for p in pairs:
+        meas_t = f"{p.measured_time_us:10.2f}" if p.measured_time_us is not None else f"{'N/A':>10}"
+        meas_b = f"{p.measured_busbw_gbps:10.2f}" if p.measured_busbw_gbps is not None else f"{'N/A':>10}"
+        err = f"{p.error_pct:8.1f}" if p.error_pct is not None else f"{'N/A':>8}"
+        lines.append(f"# {p.nbytes:>12}  {p.model_time_us:10.2f}  {meas_t}  {p.model_busbw_gbps:11.2f}  {meas_b}  "
+                     f"{err}")
+    for band in ("<64K", "64K-16M", ">=16M"):
+        errs = sorted(abs(p.error_pct) for p in pairs if size_band(p.nbytes) == band and p.error_pct is not None)
+        if errs:
+            median = errs[len(errs) // 2] if len(errs) % 2 else (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2
+            lines.append(f"# band {band:>8}: {len(errs)} sizes, median |error| {median:.1f}%, worst {errs[-1]:.1f}%")
+    return lines
