@@ -28,7 +28,7 @@ from .paths import format_nccl_paths, format_paths
 from .perf import compare, format_comparison, perf_rows, sweep_sizes
 from .report import format_table, read_results, results_json
 from .constants.tuning_tables import PROTOCOLS
-from .connect import format_channels
+from .connect import format_channels, format_nvls_heads, nvls_heads
 from .search import format_graph, graphs_xml
 from .topo import format_system
 from .tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, time_model_modelled,
@@ -217,7 +217,10 @@ def _run_search(args, params: Params) -> int:
         print("\n".join(format_graph(paths, graph)))
     if len(paths.system.gpus()) == len(paths.node_system.gpus()):
         channels = job.channels
-        print("\n".join(format_channels(channels)))
+        per_node = len(paths.node_system.gpus())
+        heads = nvls_heads(graphs, args.nodes, per_node)
+        print("\n".join(format_nvls_heads(heads, args.nodes, args.rank // per_node)
+                        + format_channels(channels)))
         tables = tuning_tables(paths.system.rules.version)
         if _debug_subsys(params, "TUNING") and args.rank == 0:
             if time_model_modelled(tables.version):

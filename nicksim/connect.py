@@ -22,7 +22,7 @@ from .paths import Paths
 from .search import SPLIT_TREE, TREE, Graph
 from .trees import dtree
 
-__all__ = ["Channels", "connect", "format_channels"]
+__all__ = ["Channels", "connect", "format_channels", "nvls_heads", "format_nvls_heads"]
 
 MAXCHANNELS = 64
 
@@ -183,3 +183,21 @@ def format_channels(channels: Channels) -> list[str]:
                     for c, (u, d) in enumerate(zip(channels.tree_up, channels.tree_down)))
     lines.append("Trees" + trees)
     return lines
+
+
+def nvls_heads(graphs: dict[str, Graph], nodes: int, per_node: int) -> tuple[tuple[int, ...], ...]:
+    """NCCL's NVLS heads: per head h, the rank that heads it on each node (connect.cc: the first
+    GPU of each NVLS channel, duplicates dropped, in channel order; node n offsets the ranks)."""
+    nvls = graphs.get("nvls")
+    if nvls is None:
+        return ()
+    local = list(dict.fromkeys(channel[0] for channel in nvls.intra))
+    return tuple(tuple(n * per_node + head for n in range(nodes)) for head in local)
+
+
+def format_nvls_heads(heads: tuple[tuple[int, ...], ...], nodes: int, rank_node: int = 0) -> list[str]:
+    """`NVLS Head  0:  0  8` lines: printed by node 0's ranks of multi-node jobs only (connectNvls
+    returns before printing on one node), at most 20 nodes per line."""
+    if nodes == 1 or rank_node != 0:
+        return []
+    return [f"NVLS Head {h:2d}:" + "".join(f" {r:2d}" for r in ranks[:20]) for h, ranks in enumerate(heads)]
