@@ -28,7 +28,8 @@ from .paths import format_nccl_paths, format_paths
 from .perf import compare, format_comparison, perf_rows, sweep_sizes
 from .report import format_table, read_results, results_json
 from .constants.tuning_tables import PROTOCOLS
-from .connect import format_channels, format_nvls_heads, nvls_heads
+from .connect import (format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels,
+                      p2p_chunk_nbytes)
 from .search import format_graph, graphs_xml
 from .topo import format_system
 from .tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, time_model_modelled,
@@ -229,7 +230,10 @@ def _run_search(args, params: Params) -> int:
             else:
                 _warn([f"the TUNING table of NCCL {tables.version.line} is not modelled yet "
                        "(2.19, 2.20, 2.21, 2.22 and 2.30 are)"])
+        print(f"P2P Chunksize set to {p2p_chunk_nbytes(paths, args.nodes, params)}")
         print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
+        p2p = p2p_channels(paths, channels.n_channels, args.nodes, params, args.rank)
+        print(format_channel_counts(tables.version.minor, channels.n_channels, channels.nvls_channels, p2p))
     else:
         _warn([f"rank {args.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "
                "GPUs (NCCL splits the node into domains); channels across such domains are not modelled yet"])

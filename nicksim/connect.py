@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .choose import nvls_channel_count
 from .errors import UsageError
 from .params import Params
-from .paths import Paths
+from .paths import Paths, local_net, local_nets
 from .search import SPLIT_TREE, TREE, Graph
 from .trees import dtree
 
-__all__ = ["Channels", "connect", "format_channels", "nvls_heads", "format_nvls_heads"]
+__all__ = ["Channels", "connect", "format_channels", "nvls_heads", "format_nvls_heads", "P2pChannels",
+           "p2p_channels", "format_channel_counts", "p2p_chunk_nbytes"]
 
 MAXCHANNELS = 64
 
@@ -40,6 +42,7 @@ class Channels:
     ring_next: tuple[int, ...]
     tree_up: tuple[int, ...]
     tree_down: tuple[tuple[int, int, int], ...]
+    nvls_channels: int = 0
 
 
 def _offset(ranks, node: int, per_node: int) -> list[int]:
@@ -130,6 +133,9 @@ def connect(paths: Paths, graphs: dict[str, Graph], params: Params, nodes: int, 
     max_ch = min(_max_channels(params), len(prev), params.get("NCCL_MAX_CTAS") or MAXCHANNELS)
     del prev[max_ch:], nxt[max_ch:], up[max_ch:], down[max_ch:]
     copy_to(max(_min_channels(params), params.get("NCCL_MIN_CTAS") or 0))
+    nvls_ch = _nvls_channels(view, graphs, nodes, params)
+    if 20 <= minor <= 27 and nvls_ch:
+        copy_to(nvls_ch)  # 2.20-2.27 give collectives as many channels as NVLS has
 
     rings = []
     for c in range(len(prev)):
@@ -140,7 +146,16 @@ def connect(paths: Paths, graphs: dict[str, Graph], params: Params, nodes: int, 
             current = nxt[c][current]
         rings.append(tuple(order))
     return Channels(rank, nranks, nodes, len(prev), tuple(rings), tuple(p[rank] for p in prev),
-                    tuple(n[rank] for n in nxt), tuple(up), tuple(tuple(d) for d in down))
+                    tuple(n[rank] for n in nxt), tuple(up), tuple(tuple(d) for d in down), nvls_ch)
+
+
+def _nvls_channels(view, graphs: dict[str, Graph], nodes: int, params: Params) -> int:
+    """comm->nvlsChannels: 0 without an NVLS graph, else the release's count within NCCL_MIN/MAX_CTAS."""
+    if "nvls" not in graphs:
+        return 0
+    sms = [view.nodes[g].gpu.sm for g in view.gpus()]
+    wanted = nvls_channel_count(view.rules.version.minor, max(sms), min(sms), nodes, params)
+    return max(params.get("NCCL_MIN_CTAS") or 1, min(params.get("NCCL_MAX_CTAS") or MAXCHANNELS, wanted))
 
 
 def _swaps_rings(ring: Graph, minor: int) -> bool:
@@ -201,3 +216,149 @@ def format_nvls_heads(heads: tuple[tuple[int, ...], ...], nodes: int, rank_node:
     if nodes == 1 or rank_node != 0:
         return []
     return [f"NVLS Head {h:2d}:" + "".join(f" {r:2d}" for r in ranks[:20]) for h, ranks in enumerate(heads)]
+
+
+@dataclass(frozen=True)
+class P2pChannels:
+    """comm->p2pnChannels and comm->p2pnChannelsPerPeer (paths.cc ncclTopoComputeP2pChannels)."""
+
+    n_channels: int
+    per_peer: int
+
+
+def _pow2_up(v: int) -> int:
+    p = 1
+    while p < v:
+        p <<= 1
+    return p
+
+
+def _local_peer_channels(paths: Paths, rank: int, peer: int, minor: int) -> int:
+    """ncclTopoGetNchannels for a peer in the node: 2 per NVLink's worth of path bandwidth
+    (NVB paths too from 2.30), else 2."""
+    path = paths.gpu_path(rank, peer)
+    nvlink = path.type == "NVL" or (minor >= 30 and path.type == "NVB")
+    if not nvlink:
+        return 2
+    s = paths.system
+    nvl_bw = s.rules.nvlink_bw(s.nodes[s.gpu_by_rank(rank)].gpu.sm)
+    return 2 * max(1, int(path.bw_gbps / nvl_bw))
+
+
+def _gpu_cpu_bw(paths: Paths, rank: int, minor: int) -> float:
+    """The GPU's bandwidth towards the host: its own link to a CPU (0 behind a PCIe switch) until
+    2.28, the path to its local CPU from 2.29 (topo.cc getLocalNetCountByBw)."""
+    s = paths.system
+    gpu = s.gpu_by_rank(rank)
+    if minor <= 28:
+        return next((l.bw_gbps for l in s.nodes[gpu].links if s.nodes[l.dst].kind == "CPU"), 0.0)
+    cpus = [c for c in s.of_kind("CPU") if paths.path(gpu, c) is not None]
+    return max((paths.path(gpu, c).bw_gbps for c in cpus), default=0.0)
+
+
+def _net_peer_channels(paths: Paths, rank: int, nranks: int, p2p_n: int, params: Params, minor: int) -> int:
+    """ncclTopoGetNchannels for a peer on another node."""
+    env = params.get("NCCL_NCHANNELS_PER_NET_PEER")
+    if minor <= 19:
+        return env if env and env > 0 else 2
+    if env is not None and env > 0:
+        return env
+    s = paths.system
+    gpu_bw = _gpu_cpu_bw(paths, rank, minor)
+    gpu = s.gpu_by_rank(rank)
+    if minor <= 28:
+        # Enough NICs to match the GPU's host bandwidth, and 2 channels halved while 8+ ops would share one.
+        count, total = 0, 0.0
+        for net in local_nets(paths, rank):
+            if total >= gpu_bw:
+                break
+            total += paths.path(gpu, net).bw_gbps
+            count += 1
+        most = 2
+        while most * nranks > p2p_n * 4 and most > 1:
+            most //= 2
+        return max(count, most)
+    count, total, first = 0, 0.0, None
+    for c in range(MAXCHANNELS):
+        net = local_net(paths, rank, c)
+        if net is None:
+            break
+        if c == 0:
+            first = net
+        elif net == first:
+            break
+        total += paths.path(gpu, net).bw_gbps
+        count += 1
+        if total >= gpu_bw:
+            break
+    per_channel = params.get("NCCL_P2P_PER_CHANNEL_NET_BW") or 14
+    return max(count, -(-int(total) // int(per_channel))) if count else 2
+
+
+def p2p_channels(paths: Paths, n_channels: int, nodes: int, params: Params, rank: int = 0) -> P2pChannels:
+    """The point-to-point channel counts NCCL prints after init, for `rank`'s communicator.
+
+    p2pnChannels: the collective channel count within NCCL_MIN/MAX_P2P_NCHANNELS, rounded up to a
+    power of two. Per peer: the fewest channels any peer needs (every local GPU's view until 2.28,
+    this rank's from 2.29), rounded up to a power of two; from 2.29 halved across nodes while one
+    round of 8-peer batches would not fit (paths.cc, 2.19.4 / 2.22.3 / 2.29.7 / 2.30.7).
+    """
+    minor = paths.system.rules.version.minor
+    per_node = len(paths.node_system.gpus())
+    nranks = nodes * per_node
+    p2p_n = min(n_channels, params.get("NCCL_MAX_P2P_NCHANNELS") or MAXCHANNELS)
+    p2p_n = max(p2p_n, params.get("NCCL_MIN_P2P_NCHANNELS") or 1)
+    local_ranks = sorted(paths.system.nodes[g].gpu.rank for g in paths.system.gpus())
+    me = rank % per_node
+    viewers = local_ranks if minor <= 28 else [me]
+    fewest = p2p_n if minor <= 28 else MAXCHANNELS
+    for g in viewers:
+        for peer in range(nranks):
+            if peer == g:
+                continue
+            if peer < per_node:
+                need = _local_peer_channels(paths, g, peer, minor)
+            else:
+                need = _net_peer_channels(paths, g, nranks, p2p_n, params, minor)
+            fewest = min(fewest, need)
+    per_peer, p2p_n = _pow2_up(fewest), _pow2_up(p2p_n)
+    if minor >= 29 and nodes > 1 and not params.get("NCCL_NCHANNELS_PER_NET_PEER"):
+        while per_peer * -(-nranks // 8) > p2p_n and per_peer > 1:  # NCCL_MAX_DEV_WORK_P2P_PER_BATCH 8
+            per_peer //= 2
+    elif minor >= 22:
+        per_peer = min(per_peer, p2p_n)
+    return P2pChannels(p2p_n, per_peer)
+
+
+def format_channel_counts(minor: int, n_channels: int, nvls_channels: int, p2p: P2pChannels) -> str:
+    """init.cc's summary line: collnet channels appear from 2.20 (0 without CollNet in 2.20-2.21,
+    the collective channel count from 2.22)."""
+    if minor <= 19:
+        return (f"{n_channels} coll channels, {nvls_channels} nvls channels, {p2p.n_channels} p2p channels, "
+                f"{p2p.per_peer} p2p channels per peer")
+    collnet = 0 if minor <= 21 else n_channels
+    return (f"{n_channels} coll channels, {collnet} collnet channels, {nvls_channels} nvls channels, "
+            f"{p2p.n_channels} p2p channels, {p2p.per_peer} p2p channels per peer")
+
+
+_ARCH_ARM = 3  # NCCL_TOPO_CPU_ARCH_ARM
+
+
+def p2p_chunk_nbytes(paths: Paths, nodes: int, params: Params) -> int:
+    """comm->p2pChunkSize (init.cc, `P2P Chunksize set to N`): NCCL_P2P_NET_CHUNKSIZE across nodes
+    (doubled from 2.29 on ARM hosts with SM100+ GPUs), NCCL_P2P_NVL_CHUNKSIZE when every GPU pair
+    is NVLink-connected, else NCCL_P2P_PCI_CHUNKSIZE; at most one Simple step (NCCL_BUFFSIZE / 8)."""
+    s = paths.node_system
+    minor = s.rules.version.minor
+    if nodes > 1:
+        cpus = s.of_kind("CPU")
+        arm = bool(cpus) and s.nodes[cpus[0]].cpu.arch == _ARCH_ARM
+        sm = min(s.nodes[g].gpu.sm for g in s.gpus())
+        chunk = params.get("NCCL_P2P_NET_CHUNKSIZE") * (2 if minor >= 29 and arm and sm >= 100 else 1)
+    else:
+        ranks = sorted(paths.system.nodes[g].gpu.rank for g in paths.system.gpus())
+        pix = s.rules.path_code("PIX")
+        worst = max((s.rules.path_code(paths.gpu_path(a, b).type) for a in ranks for b in ranks if a != b),
+                    default=0)
+        chunk = params.get("NCCL_P2P_NVL_CHUNKSIZE") if worst < pix else params.get("NCCL_P2P_PCI_CHUNKSIZE")
+    return min(chunk, params.get("NCCL_BUFFSIZE") // 8)

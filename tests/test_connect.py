@@ -68,3 +68,55 @@ def test_every_rank_has_one_parent_and_rings_cover_everyone(nodes):
                     assert ups[child] == ch.rank
             assert sorted(ch.rings[c]) == list(range(8 * nodes))
             assert ch.ring_next[c] == (ch.rings[c][1] if len(ch.rings[c]) > 1 else ch.rank)
+
+
+def _counts(system, version, nodes, env=None, rank=0):
+    from nicksim.connect import format_channel_counts, p2p_channels
+    env = env or {}
+    _, paths = build(system, version, env=env, nodes=nodes)
+    params = read_params(env)
+    ch = connect(paths, search_graphs(paths, params), params, nodes, rank)
+    p2p = p2p_channels(paths, ch.n_channels, nodes, params, rank)
+    return format_channel_counts(paths.system.rules.version.minor, ch.n_channels, ch.nvls_channels, p2p)
+
+
+@pytest.mark.parametrize("log, version", [("aws_p5_KeitaW_nccl-test-output-v2.22.3-1.log", "2.22"),
+                                          ("aws_p5_KeitaW_nccl-test-output-v2.22.3-1-with-tuner.log", "2.20")])
+def test_channel_counts_line_as_nccl_printed_on_p5(log, version):
+    """init.cc's `N coll channels, ...` line on 2 x 8 H100 (the p5 logs: 2.22.3, and 2.20.3 for the
+    with-tuner run): 16 p2p channels, 2 per peer — each GPU sits behind a PCIe switch, so no NIC
+    count is derived from its host link and 2 channels per network peer remain (paths.cc)."""
+    text = (need_validation() / "raw" / log).read_text(errors="replace")
+    theirs = {m.group(1).rstrip() for m in re.finditer(r"\[1,0\]<stdout>:\S+ \[0\] NCCL INFO (\d+ coll channels.*)", text)}
+    assert len(theirs) == 1
+    assert _counts("dgx-h100", version, 2) == theirs.pop()
+
+
+def test_channel_counts_line_across_releases():
+    assert _counts("dgx-h100", "2.19", 2) == "16 coll channels, 16 nvls channels, 16 p2p channels, 2 p2p channels per peer"
+    # 2.29+: max(NICs driving the GPU's host bandwidth, ceil(50 GB/s / 14 GB/s per channel)) = 4 per net peer.
+    assert _counts("dgx-h100", "2.30", 2).endswith("16 p2p channels, 4 p2p channels per peer")
+    # One A100 node: 24 channels -> 32 p2p channels; NVLink peers need 2 x 12 links -> 24 -> 32 per peer.
+    assert _counts("dgx-a100", "2.22", 1) == ("24 coll channels, 24 collnet channels, 0 nvls channels, "
+                                              "32 p2p channels, 32 p2p channels per peer")
+    assert _counts("pcie-8x-rtx4090", "2.22", 1).endswith("2 p2p channels, 2 p2p channels per peer")
+
+
+def test_nvls_raises_the_channel_count_in_2_20_to_2_27():
+    # connect.cc (2.20.5-2.27.7): fewer collective channels than NVLS channels are copied up to them.
+    env = {"NCCL_MAX_NCHANNELS": "4"}
+    assert _counts("dgx-h100", "2.22", 2, env).startswith("16 coll channels")
+    assert _counts("dgx-h100", "2.30", 2, env).startswith("4 coll channels")
+    assert _counts("dgx-a100", "2.22", 1, env).startswith("4 coll channels")  # no NVLS
+
+
+def test_p2p_chunk_size():
+    from nicksim.connect import p2p_chunk_nbytes
+    def chunk(system, nodes, env=None):
+        _, paths = build(system, "2.22", env=env or {}, nodes=nodes)
+        return p2p_chunk_nbytes(paths, nodes, read_params(env or {}))
+    assert chunk("dgx-h100", 1) == 524288          # every pair on NVLink: NCCL_P2P_NVL_CHUNKSIZE
+    assert chunk("pcie-8x-rtx4090", 1) == 131072   # NCCL_P2P_PCI_CHUNKSIZE
+    assert chunk("dgx-h100", 2) == 131072          # NCCL_P2P_NET_CHUNKSIZE
+    assert chunk("dgx-h100", 2, {"NCCL_P2P_NET_CHUNKSIZE": "524288"}) == 524288  # as the p5 job set it
+    assert chunk("dgx-h100", 1, {"NCCL_BUFFSIZE": "1048576"}) == 131072  # at most one Simple step
