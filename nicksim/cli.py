@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the rank whose channels and trees to print (default 0)")
     search.add_argument("--dump-graph", metavar="FILE",
                         help="write the graphs as NCCL_GRAPH_DUMP_FILE does (also read from that variable)")
+    search.add_argument("--print-tuning", action="store_true",
+                        help="print NCCL's TUNING table (as NCCL_DEBUG_SUBSYS=TUNING does)")
     search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     search.set_defaults(run=_run_search)
     _add_perf_parser(sub)
@@ -167,6 +169,8 @@ def _add_perf_parser(sub) -> None:
     perf.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
     perf.add_argument("--plan", action="store_true",
                       help="append NCCL's choice (algorithm, protocol, channels, threads) to each row")
+    perf.add_argument("--print-tuning", action="store_true",
+                      help="print NCCL's TUNING table (latency/bandwidth per collective, algorithm, protocol) first")
     perf.add_argument("--compare", metavar="FILE",
                       help="measured nccl-tests output (text, JSON or a case file) to set beside the model")
     perf.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -223,7 +227,7 @@ def _run_search(args, params: Params) -> int:
         print("\n".join(format_nvls_heads(heads, args.nodes, args.rank // per_node)
                         + format_channels(channels)))
         tables = tuning_tables(paths.system.rules.version)
-        if _debug_subsys(params, "TUNING") and args.rank == 0:
+        if (args.print_tuning or _debug_subsys(params, "TUNING")) and args.rank == 0:
             if time_model_modelled(tables.version):
                 table = tune_model(tables, tune_inputs(paths, graphs, args.nodes), params)
                 print("\n".join(format_tuning_table(table)))
@@ -262,6 +266,8 @@ def _run_perf(args, params: Params) -> int:
           f"{len(job.paths.node_system.gpus())} GPUs), NCCL {job.system.rules.version.line}")
     print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
           f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
+    if args.print_tuning and collective in _PRICED:
+        print("\n".join(format_tuning_table(job.comm.table)))
     table = format_table(collective, rows)
     tuning = _debug_subsys(params, "TUNING") and (params.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE")
     algo_index = {name: i for i, name in enumerate(job.comm.table.algorithms)} if collective in _PRICED else {}

@@ -116,3 +116,12 @@ def test_alphabeta_scenarios_and_custom():
     assert "crossover m* = 640000 B" in custom.stdout
     bad = run_cli("alphabeta", "--p", "8")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_print_tuning_flag_prints_the_cost_table():
+    out = run_cli("perf", "all_reduce", "-b", "1M", "-e", "1M", "--print-tuning")
+    assert out.returncode == 0, out.stderr
+    assert "  Algorithm   |" in out.stdout and out.stdout.count("    AllReduce |") == 3  # 7 algorithms, 3 per block
+    assert len(read_results(out.stdout)[0].rows) == 1
+    search = run_cli("search", "dgx-h100", "--print-tuning")
+    assert search.returncode == 0 and search.stdout.count("    AllReduce |") == 3
