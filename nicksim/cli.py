@@ -32,6 +32,7 @@ from .connect import (format_channel_counts, format_channels, format_nvls_heads,
                       p2p_chunk_nbytes)
 from .search import format_graph, graphs_xml
 from .topo import format_system
+from .transports import connection_lines, ring_links, tree_links
 from .tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, time_model_modelled,
                      tune_inputs, tune_model)
 from .xml import write_topo_xml
@@ -238,6 +239,11 @@ def _run_search(args, params: Params) -> int:
         print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
         p2p = p2p_channels(paths, channels.n_channels, args.nodes, params, args.rank)
         print(format_channel_counts(tables.version.minor, channels.n_channels, channels.nvls_channels, p2p))
+        # Connections as NCCL sets them up eagerly (NCCL_RUNTIME_CONNECT=0): rings, then trees.
+        print("\n".join(connection_lines(paths, graphs["ring"], ring_links(channels), args.rank, args.nodes)
+                        + ["Connected all rings"]
+                        + connection_lines(paths, graphs["tree"], tree_links(channels), args.rank, args.nodes)
+                        + ["Connected all trees"]))
     else:
         _warn([f"rank {args.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "
                "GPUs (NCCL splits the node into domains); channels across such domains are not modelled yet"])
