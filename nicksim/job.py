@@ -14,7 +14,7 @@ from functools import cached_property
 from .catalog import DEFAULT_SYSTEM, load_node
 from .choose import CommState, comm_state
 from .cluster import Cluster, ClusterSpec, build_cluster
-from .connect import Channels, connect
+from .connect import Channels, connect, nvls_heads
 from .constants import DEFAULT_VERSION, parse_version, topo_rules
 from .errors import UsageError
 from .fill import FillOptions
@@ -88,6 +88,12 @@ class Job:
         views = [self.channels_of(r) for r in range(self.nranks)]
         return {c: {r: (v.tree_up[c], v.tree_down[c]) for r, v in enumerate(views)}
                 for c in range(views[0].n_channels)}
+
+    def nvls_layout(self) -> tuple[int, tuple[int, ...]] | None:
+        """(GPUs per node, the local ranks that head NVLS chunks, in head order), None without NVLS."""
+        per_node = len(self.paths.node_system.gpus())
+        heads = nvls_heads(self.graphs, 1, per_node)
+        return (per_node, tuple(h[0] for h in heads)) if heads else None
 
     @cached_property
     def comm(self) -> CommState:

@@ -6,7 +6,7 @@ scheduler: the call's elements are cut into 16-byte cells and spread over channe
 from calcCollChunking. `rank_programs(plan, rings, trees, rank)` turns a plan into the primitive
 sequence the device code runs for that rank on each channel (all_reduce.h, all_gather.h,
 reduce_scatter.h, broadcast.h, reduce.h of NCCL 2.30: ring, tree split up/down, NVLS
-scatter/reduce/gather), and `check_programs` executes every rank's programs symbolically:
+scatter/reduce/gather, NVLSTree), and `check_programs` executes every rank's programs symbolically:
 each connection is a FIFO, each reduction tracks which ranks contributed, and the check fails
 unless every byte of every rank's output is produced exactly once with the right contributions.
 
@@ -16,7 +16,7 @@ all_gather and reduce_scatter.
 
 Modelled: NCCL 2.22+ channel partition (2.19-2.21 stripe chunks over channels instead and
 are refused); ring programs for the five collectives, tree all_reduce, single-node NVLS
-all_reduce. NVLSTree, PAT and CollNet plans carry their sizes but no programs yet.
+all_reduce and NVLSTree all_reduce. PAT and CollNet plans carry their sizes but no programs yet.
 """
 from __future__ import annotations
 
@@ -393,11 +393,67 @@ def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, n_heads: int) -> t
     return tuple(streams)
 
 
-def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, rank: int) -> tuple[ChannelProgram, ...]:
+def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int, up: int,
+                         children: tuple[int, ...]) -> tuple[Stream, ...]:
+    """NVLSTree all_reduce (all_reduce.h): every rank scatters into its node's multicast buffers and
+    gathers the results; the rank heading chunk h reduces it through the switch together with its
+    child nodes' heads and sends it up the tree across nodes; the root multicasts the total into
+    its node and back down, and every other head receives it from above, multicasts it into its
+    node and passes it down (the broadcast stream)."""
+    elem = plan.call.elem_nbytes
+    chunk = part.chunk_count
+    loop = n_heads * chunk
+    rem = part.count % loop
+    last_chunk = _align_up(_div_up(rem, n_heads), 16 // elem)
+    scatter, gather, reduce, bcast = [], [], [], []
+    off = 0
+    while off < part.count:
+        if part.count - off < loop:
+            chunk = last_chunk
+        pieces = [(part.offset + off + h * chunk, max(0, min(chunk, part.count - off - h * chunk)))
+                  for h in range(n_heads)]
+        scatter += [Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces]
+        gather += [Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces]
+        if head >= 0:
+            o, n = pieces[head]
+            if up < 0:
+                reduce.append(Prim("nvlsReduceMulticast", o, n, recv_from=(NVLS_SWITCH,) + children,
+                                   send_to=(NVLS_SWITCH,) + children))
+            else:
+                reduce.append(Prim("nvlsReduceSend", o, n, recv_from=(NVLS_SWITCH,) + children, send_to=(up,)))
+                bcast.append(Prim("nvlsRecvMulticast", o, n, recv_from=(up,), send_to=(NVLS_SWITCH,) + children))
+        off += loop
+    streams = [Stream("scatter", tuple(scatter)), Stream("gather", tuple(gather))]
+    if reduce:
+        streams.append(Stream("reduce", tuple(reduce)))
+    if bcast:
+        streams.append(Stream("broadcast", tuple(bcast)))
+    return tuple(streams)
+
+
+def nvls_tree_links(n_nodes: int, per_node: int, heads_local: tuple[int, ...], rank: int, channel: int) \
+        -> tuple[int, int, tuple[int, ...]]:
+    """(head index, tree parent, tree children) of `rank` on an NVLSTree channel: the double binary
+    tree over nodes (tree c % 2) joining the ranks that head the same chunk (connect.cc connectNvls)."""
+    from .trees import dtree
+    node, local = divmod(rank, per_node)
+    if local not in heads_local:
+        return -1, -1, ()
+    h = heads_local.index(local)
+    trees = dtree(n_nodes, node)
+    links = trees.tree0 if channel % 2 == 0 else trees.tree1
+    to_rank = lambda n: n * per_node + heads_local[h]  # noqa: E731
+    up = -1 if links.up == -1 else to_rank(links.up)
+    return h, up, tuple(to_rank(n) for n in links.children)
+
+
+def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, rank: int,
+                  nvls: tuple[int, tuple[int, ...]] | None = None) -> tuple[ChannelProgram, ...]:
     """The primitive programs `rank` runs for `plan`, one per channel the plan uses.
 
     `rings[c]` is channel c's ring as rank 0 prints it (starting at rank 0); `trees[c]` maps a
-    rank to (up, (down0, down1, down2)) on channel c (only needed for Tree).
+    rank to (up, (down0, down1, down2)) on channel c (only needed for Tree); `nvls` is (GPUs per
+    node, the local ranks heading NVLS chunks in head order), needed for NVLSTree.
     """
     call, algorithm = plan.call, plan.algorithm
     programs = []
@@ -418,9 +474,13 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             streams = _tree_allreduce(part, up, down)
         elif algorithm == "NVLS" and call.collective == "all_reduce" and plan.nvls_heads == call.nranks:
             streams = _nvls_allreduce(plan, part, rank, plan.nvls_heads)
+        elif algorithm == "NVLSTree" and call.collective == "all_reduce" and nvls is not None:
+            per_node, heads_local = nvls
+            head, up, children = nvls_tree_links(call.nranks // per_node, per_node, heads_local, rank, c)
+            streams = _nvls_tree_allreduce(plan, part, head, len(heads_local), up, children)
         else:
             raise UsageError(f"primitive programs for {algorithm} {call.collective} are not modelled yet",
-                             "plan", "Ring (all collectives), Tree all_reduce, single-node NVLS all_reduce")
+                             "plan", "Ring (all collectives), Tree all_reduce, NVLS and NVLSTree all_reduce")
         programs.append(ChannelProgram(c, streams))
     return tuple(programs)
 
@@ -459,15 +519,16 @@ def _has_input(call: Call, rank: int, offset: int, nelem: int) -> bool:
 
 
 class _Executor:
-    def __init__(self, call: Call, programs: dict[int, tuple[ChannelProgram, ...]]):
+    def __init__(self, call: Call, programs: dict[int, tuple[ChannelProgram, ...]], per_node: int):
         self.call = call
+        self.per_node = per_node
         self.fifos: dict[tuple, list] = {}
         self.outputs: dict[int, list] = {r: [] for r in programs}
         self.switch: dict[tuple, set] = {}
         self.multicast: dict[tuple, frozenset] = {}
         self.streams = [(rank, prog.channel, stream.name, list(stream.prims))
                         for rank, progs in programs.items() for prog in progs for stream in prog.streams]
-        self.local = len(programs)
+        self.local = per_node
 
     def _fail(self, rank, channel, prim, what):
         raise PlanCheckError(f"rank {rank} channel {channel} {prim.op}@{prim.offset}+{prim.nelem}: {what}")
@@ -477,16 +538,24 @@ class _Executor:
             self._fail(rank, channel, prim, "reads input the rank does not have")
         return frozenset((rank,))
 
+    def _key(self, rank, channel, prim) -> tuple:
+        """A chunk of one node's multicast buffer on one channel."""
+        return rank // self.per_node, channel, prim.offset, prim.nelem
+
     def _ready(self, rank, channel, prim) -> bool:
-        if prim.op == "nvlsReduceMulticast":
-            return len(self.switch.get((channel, prim.offset, prim.nelem), ())) == self.local
+        peers = [src for src in prim.recv_from if src != NVLS_SWITCH]
+        if NVLS_SWITCH in prim.recv_from and prim.op != "nvlsGather":
+            if len(self.switch.get(self._key(rank, channel, prim), ())) != self.local:
+                return False
         if prim.op == "nvlsGather":
-            return (channel, prim.offset, prim.nelem) in self.multicast
-        return all(self.fifos.get((channel, src, rank)) for src in prim.recv_from)
+            return self._key(rank, channel, prim) in self.multicast
+        return all(self.fifos.get((channel, src, rank)) for src in peers)
 
     def _pop(self, rank, channel, prim) -> frozenset:
         value: frozenset = frozenset()
         for src in prim.recv_from:
+            if src == NVLS_SWITCH:
+                continue
             offset, nelem, got = self.fifos[(channel, src, rank)].pop(0)
             if (offset, nelem) != (prim.offset, prim.nelem):
                 self._fail(rank, channel, prim, f"received {offset}+{nelem} from rank {src}")
@@ -502,20 +571,31 @@ class _Executor:
 
     def _step(self, rank, channel, prim) -> None:
         op = prim.op
+        key = self._key(rank, channel, prim)
         if op == "nvlsScatter":
-            key = (channel, prim.offset, prim.nelem)
+            if prim.nelem and not _has_input(self.call, rank, prim.offset, prim.nelem):
+                self._fail(rank, channel, prim, "reads input the rank does not have")
             if rank in self.switch.setdefault(key, set()):
                 self._fail(rank, channel, prim, "scattered twice")
             self.switch[key].add(rank)
             return
-        if op == "nvlsReduceMulticast":
-            key = (channel, prim.offset, prim.nelem)
-            if key in self.multicast:
-                self._fail(rank, channel, prim, "reduced twice")
-            self.multicast[key] = frozenset(self.switch[key])
+        if op in ("nvlsReduceMulticast", "nvlsReduceSend", "nvlsRecvMulticast"):
+            value = self._pop(rank, channel, prim)
+            if op != "nvlsRecvMulticast":  # the switch adds up the node's scattered inputs
+                local = frozenset(self.switch[key])
+                if value & local:
+                    self._fail(rank, channel, prim, f"ranks {sorted(value & local)} would be reduced twice")
+                value |= local
+            if NVLS_SWITCH in prim.send_to:
+                if key in self.multicast:
+                    self._fail(rank, channel, prim, "multicast twice")
+                self.multicast[key] = value
+            for dst in prim.send_to:
+                if dst != NVLS_SWITCH:
+                    self.fifos.setdefault((channel, rank, dst), []).append((prim.offset, prim.nelem, value))
             return
         if op == "nvlsGather":
-            self.outputs[rank].append((prim.offset, prim.nelem, self.multicast[(channel, prim.offset, prim.nelem)]))
+            self.outputs[rank].append((prim.offset, prim.nelem, self.multicast[key]))
             return
         if op in ("send", "copySend", "copy"):
             value = self._input(rank, channel, prim)
@@ -574,10 +654,11 @@ def _covered(pieces: list[tuple[int, int, frozenset]], expected, rank: int) -> N
         raise PlanCheckError(f"rank {rank}: writes outside its output")
 
 
-def check_programs(call: Call, programs: dict[int, tuple[ChannelProgram, ...]]) -> None:
+def check_programs(call: Call, programs: dict[int, tuple[ChannelProgram, ...]], per_node: int | None = None) -> None:
     """Run every rank's programs symbolically; raise PlanCheckError unless each rank's output is
-    written exactly once, everywhere, with exactly the contributions the collective promises."""
-    executor = _Executor(call, programs)
+    written exactly once, everywhere, with exactly the contributions the collective promises.
+    `per_node` (default: every rank in one node) groups ranks under one NVLS switch."""
+    executor = _Executor(call, programs, per_node or len(programs))
     executor.run()
     for rank in programs:
         _covered(executor.outputs[rank], _expected(call, rank), rank)

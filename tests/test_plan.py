@@ -28,7 +28,11 @@ def forced(job, call, algorithm, protocol):
 
 def all_programs(job, plan, trees=None):
     trees = trees if trees is not None else (job.tree_links() if plan.algorithm == "Tree" else {})
-    return {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(job.nranks)}
+    return {r: rank_programs(plan, job.channels.rings, trees, r, job.nvls_layout()) for r in range(job.nranks)}
+
+
+def check(job, call, programs):
+    check_programs(call, programs, len(job.paths.node_system.gpus()))
 
 
 # Sizes that divide by nothing in particular, plus the edges.
@@ -78,9 +82,29 @@ def test_nccls_own_choice_plans_check(jobs):
             for k in range(3, 27, 3):
                 call = call_for_size(coll, 1 << k, "float", "sum", 0, job.nranks)
                 plan = plan_call(job.comm, call)
-                if plan.algorithm in ("NVLSTree", "PAT"):
-                    continue  # programs not modelled yet; their sizes are checked below
-                check_programs(call, all_programs(job, plan))
+                if plan.algorithm == "PAT":
+                    continue  # PAT programs are not modelled yet
+                check(job, call, all_programs(job, plan))
+
+
+@pytest.mark.parametrize("nodes", [2, 3, 5])
+def test_nvls_tree_all_reduce_conserves_bytes(nodes):
+    job = job_of(nodes=nodes)
+    for size in SIZES + (1 << 26,):
+        call = call_for_size("all_reduce", size, "float", "sum", 0, job.nranks)
+        check(job, call, all_programs(job, forced(job, call, "NVLSTree", "Simple")))
+
+
+def test_nvls_tree_without_the_broadcast_never_finishes(jobs):
+    job = jobs["h100x2"]
+    call = call_for_size("all_reduce", 1 << 20, "float", "sum", 0, job.nranks)
+    programs = all_programs(job, forced(job, call, "NVLSTree", "Simple"))
+    # rank 8 heads chunk 0 on node 1; drop its broadcast stream on its first channel
+    first = programs[8][0]
+    programs[8] = (ChannelProgram(first.channel, tuple(s for s in first.streams if s.name != "broadcast")),) \
+        + programs[8][1:]
+    with pytest.raises(PlanCheckError):
+        check(job, call, programs)
 
 
 def test_partition_matches_a_hand_computed_2_30_split(jobs):
