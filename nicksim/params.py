@@ -114,6 +114,7 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_TOPO_FILE", None, "str", "NCCL topology XML to load instead of detecting"),
     _k("NCCL_TOPO_DUMP_FILE", None, "str", "where to write the detected topology XML"),
     _k("NCCL_GRAPH_DUMP_FILE", None, "str", "where to write the searched graphs (XML)"),
+    _k("NCCL_GRAPH_FILE", None, "str", "graph XML to use instead of searching (NCCL_GRAPH_DUMP_FILE form)"),
     _k("NCCL_SOCKET_IFNAME", None, "str", "interfaces for bootstrap and socket transport"),
     _k("NCCL_IB_HCA", None, "str", "IB devices to use"),
     _k("NCCL_DEBUG", None, "str", "log level: VERSION WARN INFO TRACE"),

@@ -40,6 +40,7 @@ __all__ = [
     "search_graphs",
     "format_graph",
     "graphs_xml",
+    "load_graph",
     "SPEEDS",
 ]
 
@@ -923,15 +924,105 @@ def _freeze(g: _G, search: _Search, notes: list[str], fallback: bool = False) ->
 
 
 def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
-    """The graphs NCCL's init searches, in its order: ring, tree, then NVLS where it can run."""
-    ring = search_graph(paths, params, RING, 0, 1, MAXCHANNELS // 2)
-    tree = search_graph(paths, params, BALANCED_TREE, 1, ring.n_channels, ring.n_channels)
+    """The graphs NCCL's init searches, in its order: ring, tree, then NVLS where it can run.
+    With NCCL_GRAPH_FILE, a graph the file holds (same id, channels > 0) replaces the search."""
+    graph_file = params.get("NCCL_GRAPH_FILE")
+    doc = _read_graph_file(graph_file) if graph_file else None
+
+    def compute(pattern: int, gid: int, low: int, high: int) -> Graph:
+        if doc is not None:
+            loaded = load_graph(paths, params, doc, gid, graph_file)
+            if loaded is not None and loaded.n_channels > 0:
+                return loaded
+        return search_graph(paths, params, pattern, gid, low, high)
+
+    ring = compute(RING, 0, 1, MAXCHANNELS // 2)
+    tree = compute(BALANCED_TREE, 1, ring.n_channels, ring.n_channels)
     graphs = {"ring": ring, "tree": tree}
     if params.get("NCCL_NVLS_ENABLE") != 0:
-        nvls = search_graph(paths, params, NVLS, 3, 1, MAXCHANNELS)
+        nvls = compute(NVLS, 3, 1, MAXCHANNELS)
         if nvls.n_channels:
             graphs["nvls"] = nvls
     return graphs
+
+
+def _read_graph_file(path: str):
+    from pathlib import Path as _Path
+    from .errors import TopologyError
+    from .xml import parse_graph_xml
+    try:
+        data = _Path(path).read_bytes()
+    except OSError as exc:
+        raise TopologyError(f"cannot read: {exc.strerror}", path, "an NCCL graph XML (NCCL_GRAPH_FILE)") from None
+    return parse_graph_xml(data, path)
+
+
+def load_graph(paths: Paths, params: Params, doc, gid: int, source: str = "<graph file>") -> Graph | None:
+    """ncclTopoGetGraphFromXml: the <graph id=gid> of a graph document, or None when there is none
+    (or it is a cross-NIC graph and NCCL_CROSS_NIC is 0). `dev` attributes are hexadecimal: a GPU's
+    NCCL id (system id << 56 | dev), a NIC's node id (search.cc, 2.22.3)."""
+    from .errors import TopologyError
+    s = paths.system
+    names = s.rules.path_names
+    for xml_graph in doc.findall("graph"):
+        where = f"{source}:{xml_graph.line}"
+
+        def attr(key: str, conv, default=None):
+            text = xml_graph.get(key)
+            if text is None:
+                if default is not None:
+                    return default
+                raise TopologyError(f"<graph> has no {key}", where, f'{key}="..." as NCCL_GRAPH_DUMP_FILE writes it')
+            try:
+                return conv(text)
+            except ValueError:
+                raise TopologyError(f'{key}="{text}" is not valid', where, "a number or path type") from None
+
+        if attr("id", int) != gid:
+            continue
+        cross_nic = attr("crossnic", int)
+        if params.get("NCCL_CROSS_NIC") == 0 and cross_nic == 1:
+            return None
+        kinds = {}
+        for key in ("typeintra", "typeinter"):
+            value = xml_graph.get(key) or ""
+            if value not in names:
+                raise TopologyError(f'{key}="{value}" is not a path type', where, ", ".join(n for n in names if n))
+            kinds[key] = value
+        by_id = {(s.nodes[g].system_id << 56) + s.nodes[g].gpu.dev: s.nodes[g].gpu.rank for g in s.gpus()}
+        nets = {s.nodes[n].id for n in s.nets()}
+        intra, inter = [], []
+        for channel in xml_graph.findall("channel"):
+            ranks, ends = [], []
+            for sub in channel.children:
+                try:
+                    dev = int(sub.get("dev") or "", 16)
+                except ValueError:
+                    raise TopologyError(f'<{sub.tag}> dev="{sub.get("dev")}" is not hexadecimal',
+                                        f"{source}:{sub.line}", 'dev="0x..." as NCCL writes it') from None
+                if sub.tag == "net":
+                    if dev not in nets:
+                        raise TopologyError(f"net dev {dev:#x} is not a NIC of this system", f"{source}:{sub.line}",
+                                            ", ".join(f"{n:#x}" for n in sorted(nets)) or "no NICs here")
+                    ends.append(dev)
+                elif sub.tag == "gpu":
+                    if dev not in by_id:
+                        raise TopologyError(f"XML Import Channel : dev {dev} not found", f"{source}:{sub.line}",
+                                            "a GPU of this system")
+                    ranks.append(by_id[dev])
+            # NCCL's intra array starts zeroed; a channel naming fewer GPUs (NVLS heads) keeps rank 0 after them.
+            intra.append(tuple(ranks + [0] * (len(s.gpus()) - len(ranks))))
+            inter.append((ends[0], ends[-1]) if ends else (-1, -1))
+        n_channels = attr("nchannels", int)
+        if n_channels > len(intra):
+            raise TopologyError(f"nchannels={n_channels} but {len(intra)} <channel> elements", where,
+                                "as many channels as nchannels says")
+        return Graph(gid, attr("pattern", int), cross_nic, n_channels, attr("speedintra", float),
+                     attr("speedinter", float), attr("latencyinter", float, 0.0), kinds["typeintra"],
+                     kinds["typeinter"], attr("samechannels", int), 0, tuple(intra[:n_channels]),
+                     tuple(inter[:n_channels]), any(e != (-1, -1) for e in inter), False,
+                     (f"Search {gid} : {len(intra)} channels loaded from XML graph",))
+    return None
 
 
 def format_graph(paths: Paths, graph: Graph) -> list[str]:

@@ -22,6 +22,7 @@ __all__ = [
     "XmlNode",
     "TopoXml",
     "parse_topo_xml",
+    "parse_graph_xml",
     "read_topo_xml",
     "dump_topo_xml",
     "write_topo_xml",
@@ -88,24 +89,33 @@ def _to_node(element) -> XmlNode:
     return XmlNode(tag=str(element.tag), attrs=attrs, children=children, line=element.sourceline)
 
 
-def parse_topo_xml(data: bytes | str, source: str = "<memory>") -> TopoXml:
-    """Parse a topology document; errors name `source` and the line."""
+def _parse(data: bytes | str, source: str, root_tag: str, what: str):
     if isinstance(data, str):
         data = data.encode("utf-8")
     if not data.strip():
-        raise TopologyError("file is empty", source, "an NCCL topology XML with a <system> root")
+        raise TopologyError("file is empty", source, f"an {what} with a <{root_tag}> root")
     parser = etree.XMLParser(remove_comments=False, resolve_entities=False, no_network=True, huge_tree=False)
     try:
         tree = etree.fromstring(data, parser).getroottree()
     except etree.XMLSyntaxError as exc:
         line = exc.lineno if exc.lineno else "?"
         message = str(exc.msg) if getattr(exc, "msg", None) else str(exc)
-        raise TopologyError(f"broken XML: {message}", f"{source}:{line}",
-                            "well-formed XML as NCCL_TOPO_DUMP_FILE writes it") from None
+        raise TopologyError(f"broken XML: {message}", f"{source}:{line}", f"well-formed XML ({what})") from None
     root = tree.getroot()
-    if root.tag != "system":
+    if root.tag != root_tag:
         raise TopologyError(f"root element is <{root.tag}>", f"{source}:{root.sourceline}",
-                            '<system version="1">')
+                            f'<{root_tag} version="1">')
+    return root
+
+
+def parse_graph_xml(data: bytes | str, source: str = "<memory>") -> XmlNode:
+    """Parse a graph document (NCCL_GRAPH_FILE / NCCL_GRAPH_DUMP_FILE form): its <graphs> root."""
+    return _to_node(_parse(data, source, "graphs", "NCCL graph XML as NCCL_GRAPH_DUMP_FILE writes it"))
+
+
+def parse_topo_xml(data: bytes | str, source: str = "<memory>") -> TopoXml:
+    """Parse a topology document; errors name `source` and the line."""
+    root = _parse(data, source, "system", "NCCL topology XML as NCCL_TOPO_DUMP_FILE writes it")
     comments = []
     for sibling in root.itersiblings(preceding=True):
         if isinstance(sibling, etree._Comment):
