@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from .calls import Call
 from .choose import choose
 from .constants.tuning_tables import tuning_tables
+from .connect import p2p_channels, p2p_chunk_nbytes
 from .job import Job
+from .plan_p2p import p2p_transfers
 
 __all__ = ["EngineResult", "model_result", "p2p_time_us", "ENGINES"]
 
@@ -78,13 +80,28 @@ def p2p_time_us(job: Job, call: Call) -> float:
     return lat + max(intra_us, inter_us)
 
 
+def _p2p_plan_summary(job: Job, call: Call) -> tuple[str, int]:
+    """Protocol and channel count of rank 0's largest transfer, as NCCL 2.22-2.27 plan it; other
+    releases: LL up to the 16 KiB threshold, and the p2p channels per peer."""
+    per_node = len(job.paths.node_system.gpus())
+    p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
+    minor = job.system.rules.version.minor
+    if 22 <= minor <= 27:
+        transfers = p2p_transfers(call, 0, job.nodes, per_node, p2p.n_channels, p2p.per_peer,
+                                  p2p_chunk_nbytes(job.paths, job.nodes, job.params))
+        # the self-copy of alltoall never uses LL; the peers' transfers say what the call looks like
+        biggest = max((t for t in transfers if t.peer != 0), key=lambda t: len(t.channels), default=None)
+        if biggest is not None:
+            return biggest.protocol, len(biggest.channels)
+    nbytes = call.count * call.elem_nbytes
+    return ("LL" if nbytes <= P2P_LL_THRESHOLD_NBYTES else "Simple"), p2p.per_peer
+
+
 def model_result(job: Job, call: Call) -> EngineResult:
     """NCCL's decision and estimated time for `call` on `job`."""
     if call.collective in ("alltoall", "sendrecv"):
-        nbytes = call.count * call.elem_nbytes
-        protocol = "LL" if nbytes <= P2P_LL_THRESHOLD_NBYTES else "Simple"
-        return EngineResult(call, p2p_time_us(job, call), "P2P", protocol, job.channels.n_channels, 640,
-                            "nicksim-p2p")
+        protocol, n_channels = _p2p_plan_summary(job, call)
+        return EngineResult(call, p2p_time_us(job, call), "P2P", protocol, n_channels, 640, "nicksim-p2p")
     choice = choose(job.comm, call)
     return EngineResult(call, choice.time_us, choice.algorithm, choice.protocol, choice.max_channels,
                         choice.n_threads)

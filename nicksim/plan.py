@@ -507,6 +507,12 @@ def _expected(call: Call, rank: int) -> list[tuple[int, int, frozenset]]:
         return [(0, count, frozenset((call.root,)))]
     if call.collective == "reduce":
         return [(0, count, everyone)] if rank == call.root else []
+    per = count * call.elem_nbytes  # point-to-point moves bytes (plan_p2p.py)
+    if call.collective == "alltoall":
+        return [((src * n + rank) * per, per, frozenset((src,))) for src in range(n)]
+    if call.collective == "sendrecv":
+        src = (rank - 1) % n
+        return [(src * per, per, frozenset((src,)))]
     raise UsageError(f"no output rule for {call.collective}", "plan")
 
 
@@ -515,6 +521,11 @@ def _has_input(call: Call, rank: int, offset: int, nelem: int) -> bool:
         return rank * call.count <= offset and offset + nelem <= (rank + 1) * call.count
     if call.collective == "broadcast":
         return rank == call.root
+    per = call.count * call.elem_nbytes
+    if call.collective == "alltoall":
+        return per and rank * call.nranks * per <= offset and offset + nelem <= (rank + 1) * call.nranks * per
+    if call.collective == "sendrecv":
+        return rank * per <= offset and offset + nelem <= (rank + 1) * per
     return True
 
 

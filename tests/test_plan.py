@@ -214,3 +214,69 @@ def test_check_catches_a_deadlock(ring_case):
     out = _edit(_edit(programs, 0, swap), 1, swap)
     with pytest.raises(PlanCheckError):
         check_programs(call, out)
+
+
+# --- point-to-point (plan_p2p.py; enqueue.cc addP2pToPlan and init.cc p2pSchedule, 2.22.3-2.27.7) ---
+
+from nicksim.connect import p2p_channels, p2p_chunk_nbytes  # noqa: E402
+from nicksim.plan_p2p import p2p_programs, p2p_schedule, p2p_transfers, u32fp8_round  # noqa: E402
+
+
+def test_p2p_schedule_enumerates_every_peer_once_in_nccls_order():
+    # init.cc's comment: deltas for 16 ranks run 0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8.
+    rounds = p2p_schedule(0, 1, 16)
+    assert [send for send, _ in rounds] == [0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]
+    assert [recv for _, recv in rounds] == [(16 - d) % 16 for d in [0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]]
+    for nodes, per_node in ((3, 8), (2, 5), (5, 3)):
+        for rank in range(nodes * per_node):
+            sends = [s for s, _ in p2p_schedule(rank, nodes, per_node)]
+            assert sorted(sends) == list(range(nodes * per_node))
+
+
+def test_u32fp8_keeps_four_significant_bits():
+    assert u32fp8_round(131072) == 131072 and u32fp8_round(32768) == 32768
+    assert u32fp8_round(100000) == 98304  # 0b11000 << 12: the top four bits of 100000
+    assert u32fp8_round(5) == 5
+
+
+@pytest.mark.parametrize("system, nodes", [("dgx-h100", 1), ("dgx-h100", 2), ("pcie-8x-rtx4090", 1), ("dgx-h100", 3)])
+def test_p2p_plans_conserve_bytes(system, nodes):
+    params = read_params({})
+    job = load_job(JobSpec(system=system, nodes=nodes, nccl_version="2.22"), params)
+    per_node = len(job.paths.node_system.gpus())
+    p2p = p2p_channels(job.paths, job.channels.n_channels, nodes, params)
+    chunk = p2p_chunk_nbytes(job.paths, nodes, params)
+    for coll in ("alltoall", "sendrecv"):
+        for size in (0, 8, 1000, 65536 * 8 + 24, 1 << 22):
+            call = call_for_size(coll, size, "float", "sum", 0, job.nranks)
+            programs = {r: p2p_programs(call, r, nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, 22)
+                        for r in range(job.nranks)}
+            check_programs(call, programs, per_node)
+
+
+def test_p2p_protocol_chunks_and_parts_two_h100_nodes():
+    params = read_params({})
+    job = load_job(JobSpec(system="dgx-h100", nodes=2, nccl_version="2.22"), params)
+    p2p = p2p_channels(job.paths, job.channels.n_channels, 2, params)
+    assert (p2p.n_channels, p2p.per_peer) == (16, 2)
+
+    def transfers(size):
+        call = call_for_size("sendrecv", size, "float", "sum", 0, job.nranks)
+        return p2p_transfers(call, 0, 2, 8, p2p.n_channels, p2p.per_peer, p2p_chunk_nbytes(job.paths, 2, params))
+
+    to_1, from_15 = transfers(16384)  # rank 0 sends to 1 (same node), receives from 15 (other node)
+    assert (to_1.send, to_1.peer, from_15.send, from_15.peer) == (True, 1, False, 15)
+    # LL up to nChannelsMax x 16 KiB; LL step = 512 KiB / 8, half of it data; halved over the network.
+    assert (to_1.protocol, to_1.chunk_nbytes) == ("LL", 65536 // 2)
+    assert (from_15.protocol, from_15.chunk_nbytes) == ("LL", 65536 // 2 // 2)
+    big = transfers(1 << 26)[1]
+    # Simple: the 128 KiB NET chunk; two parts (16 channels / 16 ranks -> 1 minimum, doubled while a
+    # part exceeds one step, up to 2 per peer), on the round's base channel and base + 8.
+    assert (big.protocol, big.chunk_nbytes, len(big.channels)) == ("Simple", 131072, 2)
+    assert big.channels[1] == (big.channels[0] + 8) % 16
+
+
+def test_p2p_plans_are_refused_where_not_modelled():
+    call = call_for_size("alltoall", 1024, "float", "sum", 0, 16)
+    with pytest.raises(Exception, match="2.22 to 2.27"):
+        p2p_programs(call, 0, 2, 8, 16, 2, 131072, 30)
