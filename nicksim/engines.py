@@ -62,7 +62,9 @@ def p2p_time_us(job: Job, call: Call) -> float:
     n, per_node = call.nranks, len(job.paths.node_system.gpus())
     peer_nbytes = call.count * call.elem_nbytes
     if call.collective == "sendrecv":
-        peers = [(0 + 1) % n] if n > 1 else []
+        # Every rank sends to the next; the slowest pair sets the time: the one that leaves the
+        # node when there are several, else rank 0 -> 1.
+        peers = ([per_node] if n > per_node else [1]) if n > 1 else []
     else:
         peers = [r for r in range(n) if r != 0]
     if not peers:
