@@ -159,6 +159,10 @@ class _Search:
         self._paths: dict[tuple[int, int], object] = {}
         self._hops: dict[tuple[int, int], tuple] = {}
         self._nets_for: dict[tuple[int, int], list[int]] = {}
+        self._pairs: dict[tuple[int, int], tuple] = {}
+        self._candidates: dict[tuple[int, int | None], list[tuple]] = {}
+        self._sub_memo: dict = {}  # SUB_ROUND results: few distinct bandwidths meet again and again
+        self._pci_links: dict[int, tuple[int, int, int, int] | None] = {}
         minor = self.rules.version.minor
         # search.cc until 2.22: fixed NVL/PIX starting types, crossNic 1 as "any NIC", NIC checks and
         # "most local GPU" choice of that era (checked against NCCL 2.19.4 and 2.22.3).
@@ -171,6 +175,17 @@ class _Search:
         found = self._paths.get(key)
         if found is None and key not in self._paths:
             found = self._paths[key] = self.paths.path(src, dst)
+        return found
+
+    def _pair(self, src: int, dst: int) -> tuple:
+        """(path, both ends GPU/NVS, path type code, reverse path type code) — fixed during a search."""
+        key = (src, dst)
+        found = self._pairs.get(key)
+        if found is None:
+            p = self.path(src, dst)
+            kinds = (self.s.nodes[src].kind, self.s.nodes[dst].kind)
+            intra = kinds[0] in ("GPU", "NVS") and kinds[1] in ("GPU", "NVS")
+            found = self._pairs[key] = (p, intra, self.ptype(p), self.ptype(self.path(dst, src)))
         return found
 
     def ptype(self, p) -> int:
@@ -206,6 +221,7 @@ class _Search:
         steps, intel = self.hops(start, dst, p)
         pci_bw = _f(bw * 6 / 5) if intel else bw  # topo.h INTEL_P2P_OVERHEAD
         live = self.bw
+        memo = self._sub_memo
         for step in range(max_steps):
             node, pos, is_pci, old_gpu, power, rev = steps[step]
             fw = pci_bw if is_pci else bw
@@ -216,7 +232,11 @@ class _Search:
                 rev_bw = rev_bw + fw
             if live[node][pos] < fw or (rev_bw and live[rev[0]][rev[1]] < rev_bw):
                 return step
-            live[node][pos] = _sub_round(live[node][pos], fw)
+            key = (live[node][pos], fw)
+            value = memo.get(key)
+            if value is None:
+                value = memo[key] = _sub_round(*key)
+            live[node][pos] = value
             if rev_bw:
                 live[rev[0]][rev[1]] = _sub_round(live[rev[0]][rev[1]], rev_bw)
         return max_steps
@@ -231,20 +251,16 @@ class _Search:
         """ncclTopoFollowPath: reserve (mult>0) or give back (<0) bw on src->dst; the node or None."""
         if src is None:
             return dst
-        p = self.path(src, dst)
+        p, intra, ptype, rev_type = self._pair(src, dst)
         if self.minor <= 20 and (p is None or not p.links):
             return dst  # until 2.20 an empty path succeeds at once
-        rev = self.path(dst, src)
-        kinds = (self.s.nodes[src].kind, self.s.nodes[dst].kind)
-        intra = kinds[0] in ("GPU", "NVS") and kinds[1] in ("GPU", "NVS")
         bw = g.bw_intra if intra else g.bw_inter
         limit = g.type_intra if intra else g.type_inter
-        ptype = self.ptype(p)
-        if ptype >= self.code("DIS"):
+        if ptype >= self._dis:
             return None
         if mult == 1 and ptype > limit:
             return None
-        if mult == 1 and g.pattern in (BALANCED_TREE, TREE, SPLIT_TREE) and self.ptype(rev) > limit:
+        if mult == 1 and g.pattern in (BALANCED_TREE, TREE, SPLIT_TREE) and rev_type > limit:
             return None
         bw = _f(bw * _f(mult))
         step = self._follow(p, src, dst, len(p.links), bw)
@@ -256,6 +272,16 @@ class _Search:
 
     # -- GPU ordering (ncclTopoSearchNextGpuSort)
     def _gpu_pci_bw(self, gpu: int) -> int:
+        if gpu not in self._pci_links:
+            self._pci_links[gpu] = self._find_pci_link(gpu)
+        found = self._pci_links[gpu]
+        if found is None:
+            return -1
+        dev, pos, pci, back = found
+        return int(min(self.bw[dev][pos], self.bw[pci][back]))
+
+    def _find_pci_link(self, gpu: int) -> tuple[int, int, int, int] | None:
+        """The GPU's (or its DEV's) first PCI uplink and the link back, as positions into self.bw."""
         dev = self.s.device_of(gpu)
         for pos, link in enumerate(self.s.nodes[dev].links):
             if link.kind != "PCI":
@@ -263,29 +289,19 @@ class _Search:
             pci = link.dst
             for back, blink in enumerate(self.s.nodes[pci].links):
                 if blink.dst == dev:
-                    return int(min(self.bw[dev][pos], self.bw[pci][back]))
-        return -1
+                    return dev, pos, pci, back
+        return None
 
     def next_gpus(self, g: _G, k: int, sort_net: int) -> list[int]:
         flag = 1 << g.n_channels
-        gpu = self.gpus[k]
-        net_paths = None
-        if sort_net:
-            net_paths = self.net_id_to_node(g.inter[g.n_channels * 2])
-        scores = []
-        for i in range(1, self.ngpus):
-            j = (k + i) % self.ngpus
-            p = self.path(gpu, self.gpus[j])
-            if p is None or not p.links:
-                continue
-            if self.used[j] & flag:
-                continue
-            inter_bw = inter_hops = inter_pci = 0
-            if net_paths is not None:
-                np_ = self.path(net_paths, self.gpus[j])
-                inter_hops, inter_bw = len(np_.links), int(np_.bw_gbps)
-                inter_pci = self._gpu_pci_bw(self.gpus[j])
-            scores.append((-inter_bw, -inter_pci, inter_hops, -int(p.bw_gbps), len(p.links), i, j))
+        net = self.net_id_to_node(g.inter[g.n_channels * 2]) if sort_net else None
+        used = self.used
+        if net is None:
+            scores = [(0, 0, 0, p_bw, p_len, i, j) for j, i, _, _, p_bw, p_len in self._gpu_candidates(k, None)
+                      if not used[j] & flag]
+        else:
+            scores = [(neg_bw, -self._gpu_pci_bw(self.gpus[j]), hops, p_bw, p_len, i, j)
+                      for j, i, neg_bw, hops, p_bw, p_len in self._gpu_candidates(k, net) if not used[j] & flag]
         scores.sort()
         order = [s[-1] for s in scores]
         if sort_net == -1 and len({(s[3], s[4]) for s in scores}) <= 1:
@@ -310,6 +326,27 @@ class _Search:
             if self.minor >= 21:
                 count = real  # from 2.21 only the neighbours are tried behind an NVSwitch
         return order[:count]
+
+    def _gpu_candidates(self, k: int, net: int | None) -> list[tuple]:
+        """The GPUs a search may move to from GPU k, with what ncclTopoSearchNextGpuSort ranks them
+        by that never changes: (j, i, -NIC path bw, NIC path hops, -GPU path bw, GPU path hops)."""
+        key = (k, net)
+        found = self._candidates.get(key)
+        if found is None:
+            gpu = self.gpus[k]
+            found = []
+            for i in range(1, self.ngpus):
+                j = (k + i) % self.ngpus
+                p = self.path(gpu, self.gpus[j])
+                if p is None or not p.links:
+                    continue
+                inter_bw = inter_hops = 0
+                if net is not None:
+                    np_ = self.path(net, self.gpus[j])
+                    inter_hops, inter_bw = len(np_.links), int(np_.bw_gbps)
+                found.append((j, i, -inter_bw, inter_hops, -int(p.bw_gbps), len(p.links)))
+            self._candidates[key] = found
+        return found
 
     def net_id_to_node(self, net_id: int) -> int:
         for n in self.nets:
