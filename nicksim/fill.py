@@ -14,7 +14,10 @@ Rules, in order:
    model's usual count).
    PCIe switches without link_speed then get the GPU's PCIe link, as the live machine would report.
 3. Class-less leaf endpoints left over become NICs, and `<pci class="0x02....">` endpoints
-   without `<nic>` get one (`--nic-gbps`, else the fabric's usual speed).
+   without `<nic>` get one (`--nic-gbps`, else the fabric's usual speed). On a fabric whose
+   plugin fuses NICs (EFA: aws-ofi-nccl), the endpoints are first grouped the way the plugin
+   groups them (`ofi_nic_groups`); each group becomes one NCCL device on its first NIC, and
+   the other NICs of the group are left out, as NCCL trims PCI branches no device names.
 4. If no GPU has an `<nvlink>`, NVLinks are added as the model is wired (NVSwitch, bridge
    pairs, DGX-1 cube-mesh).
 5. `--gpus-per-node` keeps the first G GPUs; `--nics-per-node` keeps the first K NICs or adds
@@ -28,7 +31,7 @@ from .errors import TopologyError, UsageError
 from .hardware import CUBE_MESH_8, Fabric, GpuModel, gpu_model_for_device
 from .xml import TopoXml, XmlNode
 
-__all__ = ["FillOptions", "FilledTopology", "fill_topology", "parse_busid", "format_busid"]
+__all__ = ["FillOptions", "FilledTopology", "fill_topology", "ofi_nic_groups", "parse_busid", "format_busid"]
 
 NVSWITCH_CLASS = "0x068000"
 _NVSWITCH_TARGET = "ffff:ff:00.0"  # NCCL never resolves NVSwitch targets; any bus id will do
@@ -175,6 +178,7 @@ class _Filler:
         self.root = doc.root
         self.model = _infer_model(self.root, opts.gpu)
         self.inferred = opts.gpu is None and self.model is not None
+        self.rails: dict[int, int] = {}  # NET dev -> NICs fused into it (rule 3)
 
     # Rule 1
     def add_missing_gpu_elements(self) -> None:
@@ -258,24 +262,73 @@ class _Filler:
         gbps = self.opts.nic_gbps or (fab.default_gbps if fab else 100)
         existing = [n for n in self.root.iter() if n.tag == "net"]
         next_dev = 1 + max((_int_or(n.get("dev"), -1) for n in existing), default=-1)
-        counter = {"dev": next_dev, "made": 0}
         nic_class = fab.pci_class if fab else "0x020000"
         has_gpus = bool(_gpu_elements(self.root))
+        bare = [n for n in self.root.iter() if n.tag == "pci" and n.find("nic") is None
+                and (_is_nic_pci(n) or (_is_classless_endpoint(n) and has_gpus))]
+        if not bare:
+            return
+        groups = self._nic_groups(bare, fab, gbps)
+        devices = {id(group[0]): (next_dev + i, len(group)) for i, group in enumerate(groups)}
+        dropped = {id(n) for group in groups for n in group[1:]}
 
-        def fn(node):
-            if node.tag != "pci" or node.find("nic") is not None:
-                return node
-            if _is_nic_pci(node) or (_is_classless_endpoint(node) and has_gpus):
-                net = _net_element(fab, counter["dev"], gbps)
-                counter["dev"] += 1
-                counter["made"] += 1
-                node = node if node.get("class") else node.with_attr("class", nic_class)
-                return node.with_children(node.children + (XmlNode("nic", (), (net,)),))
-            return node
-        self.root = _map(self.root, fn)
-        if counter["made"]:
-            self.notes.append(f"completed {counter['made']} NIC(s) at {gbps:g} Gbit/s"
+        if dropped:
+            self.root = _drop_marked(self.root, dropped, prune=True)  # leaders are leaves: kept as they are
+            self.rails = {dev: rails for dev, rails in devices.values()}
+
+        def fn(node, original):
+            dev, rails = devices[id(original)]
+            net = _net_element(fab, dev, gbps, rails)
+            node = node if node.get("class") else node.with_attr("class", nic_class)
+            return node.with_children(node.children + (XmlNode("nic", (), (net,)),))
+        self.root = _map_marked(self.root, set(devices), fn)
+        if not (fab and fab.max_rails > 1):
+            self.notes.append(f"completed {len(bare)} NIC(s) at {gbps:g} Gbit/s"
                               + ("" if self.opts.nic_gbps else " (assumed; set --nic-gbps)"))
+
+    def _nic_groups(self, bare: list[XmlNode], fab: Fabric | None, gbps: float) -> list[list[XmlNode]]:
+        """One list per NCCL device, its first NIC first: the plugin's NIC groups where the fabric
+        fuses NICs and the plugin would accept them, else one device per NIC."""
+        single = [[n] for n in bare]
+        if fab is None or fab.max_rails <= 1:
+            return single
+        speed = "" if self.opts.nic_gbps else " (assumed; set --nic-gbps)"
+        gpus = [p for p in self.root.iter() if p.tag == "pci" and (p.findall("gpu") or _is_nvidia_gpu_pci(p))]
+        if not gpus:
+            self.notes.append(f"completed {len(bare)} {fab.name.upper()} NIC(s) at {gbps:g} Gbit/s{speed}, "
+                              f"one NCCL device each: with no GPU in the file the plugin has nothing to group them by")
+            return single
+        groups, lonely = ofi_nic_groups(self.root, bare, gpus)
+        sizes = sorted({len(g) for g in groups})
+        refusal = None
+        if lonely:
+            refusal = (f"{len(lonely)} NIC(s) share no PCIe subtree with a GPU's nearest NICs "
+                       f"(\"Unable to attach NIC to accelerator\")")
+        elif len(sizes) > 1:
+            refusal = f"its NIC groups differ in size ({'/'.join(map(str, sizes))}: \"Wrong number of NICs for device\")"
+        elif sizes[0] > fab.max_rails:
+            refusal = f"its NIC groups hold {sizes[0]} NICs, more than MAX_NUM_RAILS ({fab.max_rails})"
+        if refusal:
+            self.notes.append(f"aws-ofi-nccl 1.9.2's RDMA protocol would refuse this machine: {refusal}; "
+                              f"completed {len(bare)} NIC(s) at {gbps:g} Gbit/s{speed}, one NCCL device each, "
+                              "as its SENDRECV protocol presents them")
+            return single
+        rails = sizes[0]
+        latency = (f", latency {fab.net_latency_us:g} us (the plugin's value on p4d/p4de/p5; assumed)"
+                   if fab.net_latency_us else "")
+        if rails == 1:
+            self.notes.append(f"completed {len(bare)} {fab.name.upper()} NIC(s) at {gbps:g} Gbit/s{speed}{latency}, "
+                              "one NCCL device each (aws-ofi-nccl 1.9.2 NIC groups: no GPU here has more "
+                              "than one nearest NIC)")
+            return groups
+        self.notes.append(
+            f"presented {len(bare)} {fab.name.upper()} NICs as aws-ofi-nccl 1.9.2's RDMA protocol does: "
+            f"{len(groups)} NCCL devices of {rails} NICs, one per GPU-nearest group, each at "
+            f"{rails} x {gbps:g} Gbit/s{speed}{latency}, on its first NIC's PCI path "
+            f"({', '.join(g[0].get('busid') for g in groups)}); the other {len(bare) - len(groups)} NIC endpoints "
+            "are left out, as NCCL trims what no device names (assumed: RDMA protocol, the plugin's "
+            "default on p5.48xlarge)")
+        return groups
 
     # Rule 4
     def add_nvlinks(self) -> None:
@@ -341,8 +394,10 @@ class _Filler:
         if opts.nics_per_node is not None:
             self._shape_nics(opts.nics_per_node)
         if opts.nic_gbps is not None:
-            mbps = str(int(round(opts.nic_gbps * 1000)))
-            self.root = _map(self.root, lambda n: n.with_attr("speed", mbps) if n.tag == "net" else n)
+            mbps = int(round(opts.nic_gbps * 1000))
+            # A fused device reports the sum of its NICs (nccl_ofi_rdma.c get_properties: speed * num_rails).
+            self.root = _map(self.root, lambda n: n.with_attr(
+                "speed", str(mbps * self.rails.get(_int_or(n.get("dev"), -1), 1))) if n.tag == "net" else n)
         if opts.fabric is not None and not opts.fabric.gdr:
             self.root = _map(self.root, lambda n: n.with_attr("gdr", "0") if n.tag == "net" else n)
 
@@ -425,14 +480,95 @@ def _int_or(text: str | None, default: int) -> int:
         return default
 
 
-def _net_element(fab: Fabric | None, dev: int, gbps: float) -> XmlNode:
+def _net_element(fab: Fabric | None, dev: int, gbps: float, rails: int = 1) -> XmlNode:
+    """A <net> as ncclTopoGetSystem writes it from the plugin's properties (topo.cc: speed, port,
+    latency "%f", guid "0x%lx", maxconn, gdr); a fused device reports rails x the NIC speed."""
     prefix, suffix = (fab.nic_prefix, fab.nic_suffix) if fab else ("mlx5_", "")
     gdr = "1" if (fab is None or fab.gdr) else "0"
+    latency = fab.net_latency_us if fab else 0.0
+    guid = dev if (fab and fab.guid_is_dev) else 0x1000 + dev
+    maxconn = fab.net_maxconn if fab else 131072
     return XmlNode("net", (
-        ("name", f"{prefix}{dev}{suffix}"), ("dev", str(dev)), ("speed", str(int(round(gbps * 1000)))),
-        ("port", "1"), ("latency", "0.000000"), ("guid", f"0x{0x1000 + dev:x}"),
-        ("maxconn", "131072"), ("gdr", gdr),
+        ("name", f"{prefix}{dev}{suffix}"), ("dev", str(dev)), ("speed", str(int(round(gbps * 1000)) * rails)),
+        ("port", "1"), ("latency", f"{latency:f}"), ("guid", f"0x{guid:x}"),
+        ("maxconn", str(maxconn)), ("gdr", gdr),
     ))
+
+
+def _is_nvidia_gpu_pci(node: XmlNode) -> bool:
+    """hwloc's view of an accelerator (nccl_ofi_topo.c is_accelerator_dev: class 0x03, vendor 0x10de)."""
+    return _is_gpu_pci(node) and (node.get("vendor") or "0x10de").lower() == "0x10de"
+
+
+def ofi_nic_groups(root: XmlNode, nics: list[XmlNode],
+                    gpus: list[XmlNode]) -> tuple[list[list[XmlNode]], list[XmlNode]]:
+    """aws-ofi-nccl v1.9.2-aws nccl_ofi_topo_group (src/nccl_ofi_topo.c), on the file's PCI tree:
+
+    - every node with a NIC below it is marked (mark_topo_nodes_with_ofi_info_subtree);
+    - each GPU adds one group to its nearest marked ancestor (propoagate_accel_count);
+    - each NIC, in PCI device order, is prepended to the list of its nearest ancestor with groups
+      (lift_up_ofi_infos), so a list runs from the highest bus id down;
+    - a list of n NICs for g groups is cut into min(g, n) runs, the first n % g of them one longer
+      (create_groups_from_info_list); a group's first NIC is its leader, whose properties and
+      sysfs path the NCCL device reports;
+    - devices follow the leaders in PCI device order (nccl_ofi_topo_next_info_list).
+
+    hwloc lists PCI devices in bus order; each host's tree ends at its own machine root.
+    Returns the groups in device order and the NICs no group could take (the plugin then fails)."""
+    parent: dict[int, object] = {}
+    host_of: dict[int, int] = {}
+
+    def link(node: XmlNode, host: int) -> None:
+        for child in node.children:
+            parent[id(child)] = id(node)
+            host_of[id(child)] = host
+            link(child, host)
+    for host, cpus in enumerate(_hosts(root)):
+        for cpu in cpus:
+            parent[id(cpu)] = ("machine", host)
+            host_of[id(cpu)] = host
+            link(cpu, host)
+
+    def chain(node: XmlNode):
+        key: object = id(node)
+        while True:
+            yield key
+            if key not in parent:
+                return
+            key = parent[key]
+
+    def order(node: XmlNode):
+        return host_of.get(id(node), 0), parse_busid(node.get("busid") or "") or (0, 0, 0, 0)
+
+    nics = sorted(nics, key=order)
+    marked = {key for nic in nics for key in chain(nic)}
+    wanted: dict[object, int] = {}
+    for gpu in gpus:
+        near = next((key for key in chain(gpu) if key in marked), None)
+        if near is not None:
+            wanted[near] = wanted.get(near, 0) + 1
+    lists: dict[object, list[XmlNode]] = {}
+    lonely = []
+    for nic in nics:
+        home = next((key for key in chain(nic) if wanted.get(key, 0) > 0), None)
+        if home is None:
+            lonely.append(nic)
+        else:
+            lists.setdefault(home, []).insert(0, nic)
+    groups = []
+    for home, members in lists.items():
+        count = min(wanted[home], len(members))
+        large = len(members) % count
+        size = len(members) // count + 1
+        start = 0
+        for index in range(count):
+            if index == large:
+                size -= 1
+            groups.append(members[start:start + size])
+            start += size
+    rank = {id(n): i for i, n in enumerate(nics)}
+    groups.sort(key=lambda g: rank[id(g[0])])
+    return groups, lonely
 
 
 def _map_marked(root: XmlNode, marked: set[int], fn) -> XmlNode:
@@ -444,9 +580,13 @@ def _map_marked(root: XmlNode, marked: set[int], fn) -> XmlNode:
     return rec(root)
 
 
-def _drop_marked(root: XmlNode, marked: set[int]) -> XmlNode:
-    def rec(node: XmlNode) -> XmlNode:
-        kids = tuple(rec(c) for c in node.children if id(c) not in marked)
+def _drop_marked(root: XmlNode, marked: set[int], prune: bool = False) -> XmlNode:
+    """The tree without the marked nodes; with `prune`, PCI switches left empty by that go too
+    (xml.cc ncclTopoTrimXml drops PCI branches holding nothing NCCL keeps)."""
+    def rec(node: XmlNode) -> XmlNode | None:
+        kids = tuple(k for k in (rec(c) for c in node.children if id(c) not in marked) if k is not None)
+        if prune and node.tag == "pci" and node.children and not kids:
+            return None
         return node.with_children(kids) if kids != node.children else node
     return rec(root)
 

@@ -86,7 +86,9 @@ GPU_MODELS: Mapping[str, GpuModel] = MappingProxyType({m.name: m for m in (
 
 @dataclass(frozen=True)
 class Fabric:
-    """How a network family looks to NCCL: NIC names, PCI class, plugin name, GDR, latency."""
+    """How a network family looks to NCCL: NIC names, PCI class, plugin name, GDR, latency, and
+    what its network plugin reports for each device (ncclNetProperties: latency, maxComms, guid,
+    and whether one device fuses several NICs)."""
 
     name: str
     nic_prefix: str
@@ -96,12 +98,26 @@ class Fabric:
     gdr: bool
     default_gbps: int
     switch_lat_us: float  # one switch hop (cut-through), for the cluster graph
+    net_latency_us: float = 0.0   # props.latency (0 from NCCL's own net_ib.cc and net_socket.cc, 2.22.3)
+    net_maxconn: int = 131072     # props.maxComms
+    guid_is_dev: bool = False     # props.guid is the device index, not a port GUID
+    max_rails: int = 1            # >1: the plugin fuses the NICs nearest each GPU into one device of
+                                  # at most this many NICs ("rails"); see fill.py, rule 3
+    plugin_env: tuple[tuple[str, str], ...] = ()  # NCCL_* defaults the plugin sets unless the user did
 
 
+# aws-ofi-nccl v1.9.2-aws (commit cf6f657f): platform-aws.c gives p4d/p4de/p5 a latency of 75 us
+# ("NET/OFI Internode latency set at 75.0 us"); nccl_ofi_net.c set_nic_props_default sets guid =
+# dev_id; nccl_ofi_rdma.c sets maxComms = NCCL_OFI_RDMA_MAX_COMMS (1 << 18) and allows
+# MAX_NUM_RAILS (include/nccl_ofi_rdma.h) = 4 NICs per device. platform-aws.c platform_init sets
+# NCCL_NVLSTREE_MAX_CHUNKSIZE and NCCL_NVLS_CHUNKSIZE to 512 KiB (setenv without overwrite) on
+# every NVIDIA platform ("NET/OFI Setting NCCL_NVLS_CHUNKSIZE to 512KiB").
 FABRICS: Mapping[str, Fabric] = MappingProxyType({f.name: f for f in (
     Fabric("ib", "mlx5_", "", "0x020700", "IB", True, 400, 0.13),
     Fabric("roce", "mlx5_", "", "0x020000", "IB", True, 400, 0.6),
-    Fabric("efa", "rdmap", "s0", "0x020000", "AWS Libfabric", True, 100, 1.5),
+    Fabric("efa", "rdmap", "s0", "0x020000", "AWS Libfabric", True, 100, 1.5,
+           net_latency_us=75.0, net_maxconn=1 << 18, guid_is_dev=True, max_rails=4,
+           plugin_env=(("NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"), ("NCCL_NVLS_CHUNKSIZE", "524288"))),
     Fabric("tcp", "eth", "", "0x020000", "Socket", False, 100, 5.0),
 )})
 

@@ -14,6 +14,8 @@ The result, Paths, is immutable and holds everything later stages ask of it.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
@@ -770,7 +772,7 @@ def format_nccl_paths(paths: Paths) -> list[str]:
 
     def label(index: int, header: bool) -> str:
         node = s.nodes[index]
-        if style == 218 or (style == 222 and header):
+        if style == 218 or (style in (221, 222) and header):
             return f"{node.kind}/{node.id:X}"
         return f"{node.kind}/{node.system_id:x}-{node.local_id:x}"
 
@@ -782,7 +784,8 @@ def format_nccl_paths(paths: Paths) -> list[str]:
                 p = paths.path(src, dst)
                 if p is None:
                     continue
-                bw = f"{p.bw_gbps:f}" if style == 218 else f"{p.bw_gbps:.1f}"
+                # 2.18-2.20 print the float path bandwidth with %f (370.800018 for 18 x 20.6)
+                bw = f"{float(np.float32(p.bw_gbps)):f}" if style == 218 else f"{p.bw_gbps:.1f}"
                 line += f"{label(dst, False)} ({p.hops}/{bw}/{p.type}) "
         out.append(line)
     return out

@@ -15,6 +15,8 @@ in the XML and ignored, as NCCL does.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
@@ -37,6 +39,7 @@ __all__ = [
     "System",
     "build_system",
     "format_system",
+    "pci_gen_code",
     "node_label",
     "NODE_KINDS",
     "CPU_ARCH",
@@ -241,6 +244,15 @@ def _parse_int(text: str) -> int:
         return int(text, 10)
 
 
+def pci_gen_code(speed: str | None) -> int | None:
+    """xml.h kvConvertToInt over topo.cc kvDictPciGen: the first entry the string *starts with*
+    (strncmp over the entry's length, the same in every tag from 2.18 to 2.30), so aws-ofi-nccl
+    1.9.2's "32 GT/s PCIe/s" reads as "32 GT/s" (Gen5). None where NCCL falls back to Gen3."""
+    if speed is None:
+        return None
+    return next((code for text, code in PCI_GEN_CODES.items() if speed.startswith(text)), None)
+
+
 def busid_to_int(busid: str) -> int:
     """topo.cc busIdToInt64: the hex digits of the bus id, separators dropped."""
     return int("".join(ch for ch in busid if ch not in ":."), 16)
@@ -308,7 +320,8 @@ class _Builder:
         if pos is None:
             links.append([kind, 0.0, b])
             pos = len(links) - 1
-        links[pos][1] += bw
+        # NCCL keeps link bandwidths in float (topo.cc ncclTopoConnectNodes: link->bw += bw).
+        links[pos][1] = float(np.float32(np.float32(links[pos][1]) + np.float32(bw)))
         # Keep links sorted by bandwidth, descending; an updated link moves ahead of narrower ones.
         link = links.pop(pos)
         while pos > 0 and links[pos - 1][1] < link[1]:
@@ -382,9 +395,11 @@ class _Builder:
         speed = xml_pci.get("link_speed")
         if width == 0:
             width = 16  # topo.cc: width not known in /sys
-        code = PCI_GEN_CODES.get(speed, PCI_DEFAULT_CODE) if speed is not None else PCI_DEFAULT_CODE
-        if speed not in (None, "") and speed not in PCI_GEN_CODES:
-            self.note(xml_pci, f"link_speed \"{speed}\" unknown to NCCL; taken as Gen3 (8 GT/s) as NCCL does")
+        code = pci_gen_code(speed)
+        if code is None:
+            code = PCI_DEFAULT_CODE
+            if speed not in (None, ""):
+                self.note(xml_pci, f"link_speed \"{speed}\" unknown to NCCL; taken as Gen3 (8 GT/s) as NCCL does")
         return width * code / 80.0
 
     def add_pci(self, xml_pci: XmlNode, parent: int, sid: int, numaid: int) -> None:
@@ -552,7 +567,7 @@ class _Builder:
         tclass = (xml_link.get("tclass") or "").lower()
         if not tclass:
             raise rd.fail(xml_link, "<nvlink> has no tclass=", 'tclass="0x068000" (NVSwitch) or the target GPU class')
-        bw = count * self.rules.nvlink_bw(self.nodes[gpu].gpu.sm)
+        bw = float(np.float32(count) * np.float32(self.rules.nvlink_bw(self.nodes[gpu].gpu.sm)))  # int * float
         if tclass.startswith("0x03"):
             target = rd.busid(xml_link, "target")
             remote_gpu = gpu_for.get((sid, target))
@@ -803,7 +818,7 @@ def node_label(system: System, index: int, link_target: bool = False) -> str:
     """A node as NCCL prints it: GPU/0-53000 (2.23+), GPU/53000 (2.18-2.21)."""
     node = system.nodes[index]
     style = system.rules.print_style
-    if style == 218 or (style == 222 and link_target):
+    if style == 218 or (style in (221, 222) and link_target):
         return f"{node.kind}/{node.id:X}"
     return f"{node.kind}/{node.system_id:x}-{node.local_id:x}"
 

@@ -37,3 +37,14 @@ def test_consumer_parts_have_no_p2p():
     assert not gpu_model("rtx4090").cuda_p2p and not gpu_model("rtx2080ti").cuda_p2p
     assert gpu_model("l40s").cuda_p2p and gpu_model("h100").cuda_p2p
     assert set(FABRICS) == {"ib", "roce", "efa", "tcp"}
+
+
+def test_efa_plugin_facts_match_the_c01_log():
+    # aws-ofi-nccl 1.9.2-aws on p5 (validation case C01): what the plugin prints about itself.
+    from conftest import need_validation
+    log = (need_validation() / "raw" / "aws_p5_KeitaW_nccl-test-output-v2.22.3-1.log").read_text(errors="replace")
+    efa = fabric("efa")
+    assert f"NET/OFI Internode latency set at {efa.net_latency_us:.1f} us" in log
+    for key, value in efa.plugin_env:
+        assert f"NCCL INFO {key} set by environment to {value}." in log
+    assert "NCCL INFO Using network AWS Libfabric" in log and efa.net_plugin == "AWS Libfabric"

@@ -7,8 +7,10 @@ from conftest import build, need_validation
 from nicksim.catalog import CATALOG
 from nicksim.constants import parse_version, topo_rules
 from nicksim.errors import TopologyError
-from nicksim.topo import build_system, format_system
-from nicksim.xml import parse_topo_xml
+from nicksim.fill import FillOptions, fill_topology, ofi_nic_groups
+from nicksim.hardware import gpu_model
+from nicksim.topo import build_system, format_system, pci_gen_code
+from nicksim.xml import parse_topo_xml, read_topo_xml
 
 
 def links_of(system, index, kind):
@@ -77,10 +79,12 @@ def test_inter_cpu_bandwidth(attrs, version, bw):
 
 
 def test_print_format_per_version():
-    # topo.cc ncclTopoPrintRec: "%s/%lX" until 2.21; 2.22 nodes "%s/%lx-%lx" but link targets "%s/%lX";
-    # 2.23+ both "%lx-%lx"; 2.30 hangs each GPU below a DEV node.
-    old = "\n".join(format_system(build("dgx-h100", "2.21")[0], 0, 0))
+    # topo.cc ncclTopoPrintRec: "%s/%lX" until 2.20; 2.21 nodes "%s/%lx-%lx" but link targets "%s/%lX";
+    # 2.22 also prints LOC links; 2.23+ both "%lx-%lx"; 2.30 hangs each GPU below a DEV node.
+    old = "\n".join(format_system(build("dgx-h100", "2.20")[0], 0, 0))
     assert "+ PCI[48.0] - GPU/1B000 (0)" in old and "+ NVL[370.8] - NVS/0" in old and "LOC[" not in old
+    v221 = "\n".join(format_system(build("dgx-h100", "2.21")[0], 0, 0))
+    assert "GPU/0-1b000 (0)" in v221 and "+ NVL[370.8] - NVS/0\n" in v221 + "\n" and "LOC[" not in v221
     mid = "\n".join(format_system(build("dgx-h100", "2.22")[0], 0, 0))
     assert "GPU/0-1b000 (0)" in mid and "+ NVL[370.8] - NVS/0\n" in mid + "\n"
     new = "\n".join(format_system(build("dgx-h100", "2.30")[0], 0, 0))
@@ -145,22 +149,37 @@ def test_bad_values_name_file_line_and_what_is_valid(body, fragment, line):
 
 
 def test_c01_p5_file_completed_with_h100_matches_the_log():
-    """C01 (AWS p5, NCCL 2.22.3): GPU bus ids and the 4-NIC group of each GPU, from its INFO log."""
+    """C01 (AWS p5, NCCL 2.22.3, aws-ofi-nccl 1.9.2-aws): GPU bus ids, the plugin's NIC groups and
+    the NET device each rank's GPU uses, from its INFO log."""
     folder = need_validation()
     log = (folder / "raw" / "aws_p5_KeitaW_nccl-test-output-v2.22.3-1.log").read_text(errors="replace")
     busids = {int(m.group(1)): int(m.group(2), 16) for m in
               re.finditer(r"cudaDev (\d) nvmlDev \d busId ([0-9a-f]+)", log)}
-    groups: dict[int, set] = {}
-    for m in re.finditer(r"\[0\] NCCL INFO NET/OFI NIC group (\d) device #\d (\S+)", log):
-        groups.setdefault(int(m.group(1)), set()).add(m.group(2).lower())
-    assert len(busids) == 8 and len(groups) == 8
-    system, paths = build(str(folder / "topologies" / "topo_aws_p5_48xl_v1.9.2.xml"), "2.22", gpu="h100",
-                          fab="efa", nodes=2)
+    # Rank 0's "NET/OFI NIC group G device #K BUSID" lines (every rank prints the same 32).
+    logged = [(int(m.group(1)), int(m.group(2)), m.group(3).lower()) for m in
+              re.finditer(r"\[1,0\]<stdout>:\S+ \[0\] NCCL INFO NET/OFI NIC group (\d+) device #(\d+) (\S+)", log)]
+    # Each local rank's GPU receives from its peer node through one NET device, with GPUDirect RDMA.
+    via = {int(m.group(1)): int(m.group(2)) for m in
+           re.finditer(r"\[1,(\d)\]<stdout>:test-nccl-worker-0:\S+ \[\d\] NCCL INFO Channel 00/0 : \d+\[\d\] -> \d+\[\d\] "
+                       r"\[receive\] via NET/AWS Libfabric/(\d+)/GDRDMA", log)}
+    assert len(busids) == 8 and len(logged) == 32 and len(via) == 8
+    topo = str(folder / "topologies" / "topo_aws_p5_48xl_v1.9.2.xml")
+    # The plugin's grouping, run on the file completed without it (32 bare NICs), gives the logged groups.
+    plain = fill_topology(read_topo_xml(topo), FillOptions(gpu=gpu_model("h100")))
+    nics = [n for n in plain.doc.root.iter() if n.find("nic") is not None]
+    gpus = [n for n in plain.doc.root.iter() if n.find("gpu") is not None]
+    groups, lonely = ofi_nic_groups(plain.doc.root, nics, gpus)
+    assert not lonely
+    assert [(g, k, nic.get("busid")) for g, group in enumerate(groups) for k, nic in enumerate(group)] == logged
+    system, paths = build(topo, "2.22", gpu="h100", fab="efa", nodes=2)
+    assert paths.net_plugin == "AWS Libfabric"
     for rank in range(8):
         gpu = system.nodes[system.gpu_by_rank(rank)]
         assert gpu.local_id == busids[gpu.gpu.dev]
-        near = {_nic_busid(system, n) for n in _closest_nets(paths, rank)}
-        assert near == groups[gpu.gpu.dev]
+        near = _closest_nets(paths, rank)
+        assert [system.nodes[n].net.dev for n in near] == [via[rank]]
+        assert [_nic_busid(system, n) for n in near] == [groups[via[rank]][0].get("busid")]
+        assert paths.gdr_recv[(rank, near[0])].enabled and paths.gdr_send[(rank, near[0])].enabled
     # "NVLS multicast support is available": the GPUs hang off NVSwitches; and the communicator shape.
     assert "NVLS multicast support is available on dev 0" in log and len(system.of_kind("NVS")) == 1
     shape = re.search(r"\[0\] NCCL INFO comm \S+ rank 0 nRanks (\d+) nNodes (\d+) localRanks (\d+)", log)
@@ -179,3 +198,45 @@ def _nic_busid(system, net):
     nic = next(l.dst for l in system.nodes[net].links if l.kind == "NET")
     local = system.nodes[nic].local_id
     return f"0000:{local >> 12 & 0xff:02x}:{local >> 4 & 0xff:02x}.{local & 0xf:x}"
+
+
+@pytest.mark.parametrize("speed, code", [
+    ("32 GT/s PCIe/s", 240),   # aws-ofi-nccl 1.9.2's p5 file: starts with "32 GT/s" -> Gen5
+    ("32.0 GT/s PCIe", 240), ("16 GT/s", 120), ("8.0 GT/s PCIe", 60), ("2.5 GT/s PCIe", 15),
+    ("64.0 GT/s PCIe", 480), ("Unknown", None), ("", None), (None, None),
+])
+def test_link_speed_is_read_by_prefix_as_kvconvertoint_does(speed, code):
+    # xml.h kvConvertToInt: strncmp(str, d->str, strlen(d->str)), first match in kvDictPciGen order.
+    assert pci_gen_code(speed) == code
+
+
+def test_p5_v192_link_speed_string_gives_gen5_links_without_a_note():
+    system, _ = build(str(need_validation() / "topologies" / "topo_aws_p5_48xl_v1.9.2.xml"), "2.22",
+                      gpu="h100", fab="efa")
+    for net in system.nets():
+        nic = next(l.dst for l in system.nodes[net].links if l.kind == "NET")
+        assert [l.bw_gbps for l in system.nodes[nic].links if l.kind == "PCI"] == [48.0]  # 16 x 240 / 80
+    assert not any("unknown to NCCL" in n for n in system.notes)
+
+
+def test_link_bandwidths_are_nccl_floats():
+    # topo.cc keeps link->bw in float: one <nvlink count="18"> to the NVSwitches is 18 x 20.6f =
+    # 370.800018 in float32, which 2.18-2.20 print with %f in their path lines (NVIDIA/nccl#1519
+    # shows 370.800018); per-switch elements (5+4+4+5 links) add up to 370.799988 instead.
+    from nicksim.constants import parse_version, topo_rules
+    from nicksim.params import read_params
+    from nicksim.paths import compute_paths, format_nccl_paths
+    from nicksim.topo import build_system
+    from nicksim.xml import parse_topo_xml
+    gpus = "".join(
+        f'<pci busid="0000:{b}:00.0" class="0x030200" vendor="0x10de" device="0x2330" subsystem_vendor="0x10de" '
+        f'subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" link_width="16">'
+        f'<gpu dev="{i}" sm="90" rank="{i}" gdr="1"><nvlink target="fffffff:ffff:ff" count="18" tclass="0x068000"/>'
+        f'</gpu></pci>' for i, b in enumerate(("1b", "43")))
+    doc = parse_topo_xml(f'<system version="1"><cpu numaid="0" affinity="ff" arch="x86_64" vendor="GenuineIntel" '
+                         f'familyid="6" modelid="143">{gpus}</cpu></system>')
+    system = build_system(doc, topo_rules(parse_version("2.20")))
+    lines = "\n".join(format_nccl_paths(compute_paths(system, read_params({}), nranks=2)))
+    assert "/370.800018/NVL)" in lines
+    dgx = "\n".join(format_nccl_paths(build("dgx-h100", "2.20")[1]))
+    assert "/370.799988/NVL)" in dgx

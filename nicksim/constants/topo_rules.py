@@ -56,7 +56,7 @@ class TopoRules:
     amd_sys_bw: float | None       # None before 2.19 (LOC_BW)
     intel_srp_erp: bool            # Sapphire/Emerald Rapids UPI constants, 2.26+
     c2c_link_kind: str             # "NVL" before 2.26 (c2c added as an NVLink), then "C2C"
-    print_style: int               # 218: "%s/%lX"; 222: "%s/%lx-%lx" nodes; 223: links too; 226: NET coll
+    print_style: int               # 218: "%s/%lX"; 221: "%s/%lx-%lx" nodes; 222: + LOC links; 223: links too; 226: NET coll
     paths_type_first: bool         # 2.30.7 BFS keeps the better type first, earlier the higher bw
     p2p_level_default: str         # "sys-unless-intel-arm" (<=2.22) or "pxb-amd2-sys" (2.23+)
     has_p2c: bool                  # PATH_P2C and the C2C+PHB merge, 2.27+
@@ -113,6 +113,8 @@ def topo_rules(version: NcclVersion) -> TopoRules:
         style = 223
     elif minor == 22:
         style = 222
+    elif minor == 21:
+        style = 221  # 2.22's node ids and %.1f path bandwidths, without its LOC link lines (topo.cc 2.21.5)
     else:
         style = 218
     return TopoRules(
