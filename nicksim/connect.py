@@ -76,7 +76,7 @@ def connect(paths: Paths, graphs: dict[str, Graph], params: Params, nodes: int, 
     tree_child1 = [[0] * nodes for _ in range(n_ch)]
     my_up = [-1] * n_ch
     my_down = [[-1, -1, -1] for _ in range(n_ch)]
-    swap = _swaps_rings(ring, minor) and n_ch % 2 == 0
+    swap = _swaps_rings(ring, minor, nodes) and n_ch % 2 == 0
     for node in range(nodes):
         for c in range(n_ch):
             # Odd nodes exchange channel c with c^1 so that consecutive nodes meet on the same rail.
@@ -158,11 +158,14 @@ def _nvls_channels(view, graphs: dict[str, Graph], nodes: int, params: Params) -
     return max(params.get("NCCL_MIN_CTAS") or 1, min(params.get("NCCL_MAX_CTAS") or MAXCHANNELS, wanted))
 
 
-def _swaps_rings(ring: Graph, minor: int) -> bool:
-    """Whether odd nodes exchange ring channel pairs: never until 2.20, any cross-NIC ring in
-    2.21-2.25, rings searched with crossNic 2 from 2.26."""
-    if minor <= 20:
+def _swaps_rings(ring: Graph, minor: int, nodes: int) -> bool:
+    """Whether odd nodes exchange ring channel pairs (connect.cc): never until 2.19; from 2.20 for
+    cross-NIC rings when the node count is even, from 2.21 for any cross-NIC ring, from 2.26 for
+    rings searched with crossNic 2."""
+    if minor <= 19:
         return False
+    if minor == 20:
+        return bool(ring.cross_nic) and nodes % 2 == 0
     if minor <= 25:
         return bool(ring.cross_nic)
     return ring.cross_nic == 2
