@@ -175,6 +175,9 @@ def format_cluster(cluster: Cluster) -> list[str]:
         return lines
     # Paths are NCCL's view of one rank (its P2P/SHM domain); indices below are in that view.
     system = cluster.paths.system
+    if not system.gpus():
+        lines.append("No GPUs in the node, so no routes: a partial file is completed with --gpu MODEL")
+        return lines
     for g in sorted(system.gpus(), key=lambda i: system.nodes[i].gpu.rank):
         rank = system.nodes[g].gpu.rank
         net = local_net(cluster.paths, rank, 0)

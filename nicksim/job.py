@@ -71,6 +71,9 @@ class Job:
 
     @cached_property
     def graphs(self) -> dict[str, Graph]:
+        if not self.paths.node_system.gpus():
+            raise UsageError(f"{self.system_name} has no GPUs (NCCL fills them in from the live machine)",
+                             self.spec.where, "--gpu MODEL to place them, or a file with <gpu> elements")
         return search_graphs(self.paths, self.params)
 
     @cached_property

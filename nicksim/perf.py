@@ -42,6 +42,7 @@ def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float",
     """One nccl-tests row per size, timed by `engine`, with the engine's plan attached."""
     if engine != "model":
         raise UsageError(f"engine '{engine}' is not available", "--engine", "model")
+    job.graphs  # a job without GPUs says so before anything else does
     if not 0 <= root < job.nranks:
         raise UsageError(f"root {root} is not a rank of this job", "-r", f"0..{job.nranks - 1}")
     out = []
