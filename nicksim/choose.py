@@ -7,7 +7,8 @@ ncclTopoGetAlgoTime, keeps the cheapest (first in NCCL's order on a tie), and si
 and thread counts as topoGetAlgoInfo does. The estimate it returns is what
 ncclGroupSimulateEnd reports for the call alone.
 
-Modelled: NCCL 2.19-2.22 and 2.30 (the releases whose time model is modelled), no tuner
+Modelled: every release whose time model is (2.18-2.30), as enqueue.cc of each tag chooses
+(2.20 and 2.21 size channels and threads in getChannnelThreadInfo, by the same rule); no tuner
 plugin, no CollNet plugin (CollNet is never chosen, as NCCL without SHARP), no user buffer
 registration (so no CTA-policy or registered-NVLS shortcuts).
 """
@@ -23,11 +24,11 @@ from .search import Graph
 from .tuning import (FUNCTIONS, NCCL_MAX_NTHREADS, WARP_SIZE, CostTable, ThreadThresholds, TuneInputs, algo_time,
                      thread_thresholds, time_model_modelled, tune_inputs, tune_model)
 
-__all__ = ["CommState", "Choice", "comm_state", "choose", "nvls_channel_count", "nvls_supported"]
+__all__ = ["CommState", "Choice", "comm_state", "choose", "forced_choice", "nvls_channel_count", "nvls_supported"]
 
 # src/include/device.h NCCL_MAX_NVLS_ARITY (2.19-2.30) and NCCL_MAX_DIRECT_ARITY (7).
 NCCL_MAX_NVLS_ARITY = 32
-# transport/nvls.cc NVLS_NCHANNELS_SM90 / _SM100 / _SM100_NVL (2.30.7); NCCL_NVLS_NCHANNELS default 16 before.
+# transport/nvls.cc NVLS_NCHANNELS_SM90 / _SM100 (2.25+) / _SM100_NVL (2.27+); NCCL_NVLS_NCHANNELS default 16 before.
 _NVLS_CH_SM90, _NVLS_CH_SM100, _NVLS_CH_SM100_NVL = 16, 32, 24
 _NVLS_CHUNK_NBYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default
 _FP8 = ("f8e4m3", "f8e5m2")
@@ -78,12 +79,21 @@ class Choice:
 
 
 def nvls_channel_count(version_minor: int, compcap: int, min_compcap: int, n_nodes: int, params: Params) -> int:
-    """comm->nvlsChannels before the CTA clamp: NCCL_NVLS_NCHANNELS, else 16 (SM90) and, from 2.27,
-    24 on one SM100 node / 32 across nodes (nvls.cc ncclNvlsTuning, 2.30.7)."""
+    """comm->nvlsChannels before the CTA clamp (transport/nvls.cc ncclNvlsInit; nvls.cc ncclNvlsTuning in 2.30).
+
+    Until 2.24 NCCL_NVLS_NCHANNELS, default 16. 2.25-2.26: 32 on SM100, else 16; NCCL_NVLS_NCHANNELS
+    (default -2) overrides when >= 0. From 2.27 SM100 takes 24 in one NVLink domain and 32 across nodes;
+    NCCL_NVLS_NCHANNELS (config.nvlsCTAs) overrides when > 0."""
     env = params.get("NCCL_NVLS_NCHANNELS")
+    if version_minor <= 24:
+        return _NVLS_CH_SM90 if env is None else env
+    if version_minor <= 26:
+        if env is not None and env >= 0:
+            return env
+        return _NVLS_CH_SM100 if compcap >= 100 else _NVLS_CH_SM90
     if env is not None and env > 0:
         return env
-    if version_minor >= 27 and compcap >= 100:
+    if compcap >= 100:
         return _NVLS_CH_SM100 if n_nodes > 1 else _NVLS_CH_SM100_NVL
     return _NVLS_CH_SM90
 
@@ -94,7 +104,7 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
     version = paths.system.rules.version
     if not time_model_modelled(version):
         raise UsageError(f"NCCL {version.line}'s time model is not modelled yet", "--nccl-version",
-                         "2.19, 2.20, 2.21, 2.22 or 2.30")
+                         "2.18 to 2.30")
     tables = tuning_tables(version)
     inputs = tune_inputs(paths, graphs, n_nodes)
     table = tune_model(tables, inputs, params)
@@ -149,23 +159,42 @@ def nvls_supported(redop: str, dtype: str) -> bool:
     return False
 
 
+def _nvls_skipped(comm: CommState, call: Call, algorithm: str) -> bool:
+    """Whether updateCollCostTable (topoGetAlgoInfo before 2.22) leaves NVLS or NVLS Tree unpriced.
+
+    The multimem check is NCCL_NVLS_SUPPORTS(type, op) alone in 2.18; from 2.19 the caller's nvlsSupport,
+    comm->nvlsSupport and ncclNvlsSupported(op, type), which from 2.22 also holds for any AllGather."""
+    minor = comm.table.version.minor
+    func = call.func
+    if algorithm == "NVLS" and comm.n_nodes > 1:
+        return True  # multi-node NVLS needs CollNet
+    if minor <= 18:
+        return not nvls_supported(call.redop, call.dtype)
+    supported = nvls_supported(call.redop, call.dtype)
+    if minor <= 21:
+        support = comm.nvls_support and supported
+        if minor == 19 and algorithm == "NVLS":
+            return not support and func != "AllGather"  # 2.19.4 lets NVLS AllGather through
+        return not support  # 2.19.4 NVLS Tree, 2.20.5-2.21.5 both
+    support = comm.nvls_support and (supported or func == "AllGather")
+    if minor <= 26:
+        if algorithm == "NVLS" and func in ("AllGather", "ReduceScatter") and minor >= 25 \
+                and comm.nranks > NCCL_MAX_NVLS_ARITY:
+            return True  # 2.25-2.26: single-node NVLS AllGather/ReduceScatter up to 32 ranks
+        return not support and func != "AllGather"
+    return not support or (func != "AllReduce" and comm.local_ranks > NCCL_MAX_NVLS_ARITY)
+
+
 def _candidates(comm: CommState, call: Call) -> list[tuple[str, str]]:
     """updateCollCostTable's filter: which algorithm x protocol pairs are priced at all."""
     minor = comm.table.version.minor
-    nvls_ok = comm.nvls_support and (call.collective == "all_gather" or nvls_supported(call.redop, call.dtype))
     out = []
     for algorithm in comm.table.algorithms:
         if algorithm in ("CollNetDirect", "CollNetChain"):
             continue  # no CollNet plugin: collNetSupport is 0
-        if algorithm in ("NVLS", "NVLSTree"):
-            if minor >= 23:
-                if not nvls_ok or (call.func != "AllReduce" and comm.local_ranks > NCCL_MAX_NVLS_ARITY):
-                    continue
-            elif not nvls_ok and call.func != "AllGather":
-                continue
-            if algorithm == "NVLS" and comm.n_nodes > 1:
-                continue  # multi-node NVLS needs CollNet
-        if algorithm == "PAT" and call.collective == "reduce_scatter" and call.redop == "avg":
+        if algorithm in ("NVLS", "NVLSTree") and _nvls_skipped(comm, call, algorithm):
+            continue
+        if algorithm == "PAT" and call.collective == "reduce_scatter" and call.redop == "avg" and minor >= 23:
             continue  # PAT reduce-scatter cannot scale (PreMulSum / SumPostDiv)
         out.extend((algorithm, protocol) for protocol in PROTOCOLS)
     return out
@@ -205,6 +234,16 @@ def choose(comm: CommState, call: Call) -> Choice:
     return _size(comm, call, algorithm, protocol, nbytes, best_time, used_backup)
 
 
+def forced_choice(comm: CommState, call: Call, algorithm: str, protocol: str) -> Choice:
+    """What NCCL does when NCCL_ALGO/NCCL_PROTO leave only `algorithm`/`protocol`: its channels and
+    threads for the call, and the time ncclTopoGetAlgoTime gives the pair (-1 where it cannot run)."""
+    if algorithm not in comm.table.algorithms or protocol not in PROTOCOLS:
+        raise UsageError(f"{algorithm}/{protocol} is not an algorithm/protocol of NCCL {comm.table.version.line}",
+                         "NCCL_ALGO / NCCL_PROTO", ", ".join(comm.table.algorithms) + " / " + ", ".join(PROTOCOLS))
+    t = algo_time(comm.table, comm.inputs, call.func, algorithm, protocol, call.nbytes, comm.n_channels)
+    return _size(comm, call, algorithm, protocol, call.nbytes, t.time_us, t.backup)
+
+
 def _size(comm: CommState, call: Call, algorithm: str, protocol: str, nbytes: int, time_us: float,
           backup: bool) -> Choice:
     """topoGetAlgoInfo's channel and thread sizing for the chosen pair."""
@@ -214,8 +253,8 @@ def _size(comm: CommState, call: Call, algorithm: str, protocol: str, nbytes: in
     nc = comm.n_channels
     if algorithm in ("NVLS", "NVLSTree"):
         nc = comm.nvls_channels
-        if comm.table.version.minor >= 23 and comm.n_nodes > 1 and algorithm == "NVLS":
-            nc = min(comm.nvls_channels, comm.n_channels)
+        if comm.table.version.minor >= 28 and comm.n_nodes > 1 and algorithm == "NVLS":
+            nc = min(comm.nvls_channels, comm.n_channels)  # multi-node NVLS (CollNet) within the rings (2.28+)
     else:
         while nbytes < nc * nt * threshold and nc >= 2:
             nc -= 1
@@ -232,6 +271,6 @@ def _final_threads(comm: CommState, algorithm: str, protocol: str, nt: int, nbyt
         if algorithm == "Tree":
             nt += 4 * WARP_SIZE  # split thread model
     nt = 3 * WARP_SIZE if nt // WARP_SIZE < 3 else nt
-    if algorithm == "Tree" or (algorithm == "PAT" and comm.table.version.minor >= 23):
-        nt = NCCL_MAX_NTHREADS  # tree (and PAT) always use every thread
+    if (algorithm == "Tree" and comm.table.version.minor >= 22) or algorithm == "PAT":
+        nt = NCCL_MAX_NTHREADS  # tree (from 2.22) and PAT (2.23+) always use every thread
     return nt

@@ -4,14 +4,15 @@ This module promises the decisions ncclTopoTuneModel makes from the tuning table
 release being modelled: per collective, algorithm and protocol a latency (us) and a bandwidth
 (GB/s of algorithm bandwidth, 0 where NCCL would not use the pair), the maximum threads, the
 thread thresholds, and NCCL's own `NCCL_DEBUG_SUBSYS=TUNING` table and `threadThresholds` line.
-The cost table follows tuning.cc of NCCL 2.19-2.22 and 2.30; other release lines are refused
-until modelled.
+The cost table follows tuning.cc of every modelled release, 2.18 to 2.30: the tables come from
+constants/tuning_tables.py, the formulas that changed between releases from `TimeModelRules`.
 """
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from .constants.tuning_tables import PROTOCOLS, TuningTables, tuning_tables
 from .constants.versions import NcclVersion
@@ -27,6 +28,8 @@ __all__ = [
     "CostTable",
     "tune_model",
     "time_model_modelled",
+    "TimeModelRules",
+    "time_model_rules",
     "format_tuning_table",
     "AlgoTime",
     "algo_time",
@@ -159,8 +162,8 @@ class CostTable:
     bw_gbps: tuple[tuple[tuple[float, ...], ...], ...]
     max_threads: tuple[tuple[int, ...], ...]
     version: NcclVersion
-    # 2.19-2.22 keep the ring's bandwidth per collective and protocol (comm->ringbdw) as a backup
-    # for a collective whose enabled algorithms are all gone; None from 2.23.
+    # 2.19-2.23 keep the ring's bandwidth per collective and protocol (comm->ringbdw) as a backup
+    # for a collective whose enabled algorithms are all gone; None in the other releases.
     ring_backup_gbps: tuple[tuple[float, float, float], ...] | None = None
 
     def lat(self, func: str, algorithm: str, protocol: str) -> float:
@@ -209,11 +212,89 @@ def _max_threads(inputs: TuneInputs, params: Params, algorithms) -> tuple[tuple[
     return tuple(tuple(table[a]) for a in algorithms)
 
 
-def _skipped(func: str, algo: str, proto: str, pat_enabled: bool) -> bool:
+@dataclass(frozen=True)
+class TimeModelRules:
+    """How one release's tuning.cc prices collectives, beyond its tables (ncclTopoTuneModel and
+    ncclTopoGetAlgoTime of the tag the release line was read from; see docs/tuning.md)."""
+
+    version: NcclVersion
+    # Algorithms priced for AllGather and ReduceScatter: the ring only in 2.18, NVLS from 2.19,
+    # CollNet Direct from 2.20, PAT from 2.23.
+    ag_rs_algorithms: tuple[str, ...]
+    # NVLS bandwidth: "graph" (2.18: the graph's bandwidth, x5/6; NVLS Tree x0.7 nNodes / 2(nNodes-1)),
+    # "min" (2.19-2.26: min(bwIntra, bwInter), NVLS Tree min(bwIntra, bwInter or bwInter/2), both x5/6),
+    # "min_ag_rs" (2.27: AllGather/ReduceScatter min(bwIntra (ppn-1)/ppn, 0.9 bwInter)),
+    # "efficiency" (2.28+: nvlsEfficiency x (nCh-1)/nCh, x2 for AllReduce, NVLS Tree cap, x nRanks/nsteps).
+    nvls_bw: str
+    # Ring LL at 1/4 of the bus bandwidth (1/3 for one-node Broadcast, AllGather, ReduceScatter) until 2.20.
+    ring_ll_quarter: bool
+    # Ring LL128 at x0.7 instead of x0.92 with one GPU per node (2.18-2.22).
+    ring_ll128_one_gpu_penalty: bool
+    # PAT bandwidth factor: 0.85 in 2.23, 0.75 from 2.24 (no PAT before 2.23).
+    pat_bw_factor: float
+    # PAT needs SM60 even when NCCL_PAT_ENABLE forces it (2.26+).
+    pat_needs_sm60: bool
+    # PAT latency starts from a literal 8 us (2.23-2.27, whose baseLat has no PAT row) or baseLat (2.28+).
+    pat_literal_base: bool
+    # CollNet Direct arity serialisation per local rank: 0.5 us in 2.18, 0.4 us from 2.19.
+    collnet_arity_us: float
+    # 2.18 prices NVLS as baseLat + the NET latency, NVLS Tree as baseLat + 2(nNodes-1) NET latencies.
+    nvls_base_latency: bool
+    # With one GPU per node the network latency is the Tree's (2.23+).
+    tree_net_latency_at_one_gpu: bool
+    # A ring AllReduce crosses the network 2 nNodes times until 2.22, 2(nNodes-1) from 2.23.
+    ring_allreduce_inter_steps_2n: bool
+    # Only the ring converts AllGather/ReduceScatter bus bandwidth to algorithm bandwidth (2.23+).
+    ag_rs_convert_ring_only: bool
+    # NCCL_ALGO / NCCL_PROTO per function (`allreduce:tree;...`, 2.24+) instead of one list.
+    per_function_lists: bool
+    # comm->ringbdw: the ring's bandwidth kept for a collective left without algorithm (2.19-2.23);
+    # from 2.22 a disabled protocol is dropped from it too.
+    ring_backup: bool
+    ring_backup_follows_proto: bool
+    # 2.18 never disables the ring outside AllReduce ("to run real apps with NCCL_ALGO=TREE").
+    ring_kept_outside_allreduce: bool
+    # NCCL_ALGO naming only CollNet algorithms falls back to ring and tree (until 2.23).
+    collnet_only_fallback: bool
+    # Hosts of mixed CPU vendors take the AMD row of llMaxBws (2.24+).
+    mixed_vendor_as_amd: bool
+    # LL128 by default: the SMs listed (until 2.26), or any SM >= 70 with NCCL_LL128_C2C (None, 2.27+).
+    ll128_sms: tuple[int, ...] | None
+    # LL128 on mixed SMs when all are SM90+ (2.30).
+    ll128_mixed_sm90: bool
+    # NVLS Tree AllReduce takes the tree correction factor on SM100 x86 hosts (2.29+).
+    nvls_tree_correction: bool
+
+
+@lru_cache(maxsize=None)
+def time_model_rules(version: NcclVersion) -> TimeModelRules:
+    """The rules of one modelled release line, read from its tuning.cc."""
+    m = version.minor
+    ag_rs = ("Ring",)
+    if m >= 19:
+        ag_rs += ("NVLS",)
+    if m >= 20:
+        ag_rs += ("CollNetDirect",)
+    if m >= 23:
+        ag_rs += ("PAT",)
+    nvls_bw = "graph" if m <= 18 else "min" if m <= 26 else "min_ag_rs" if m == 27 else "efficiency"
+    ll128_sms = (70, 80, 90) if m <= 24 else (70, 80, 90, 100, 120) if m <= 26 else None
+    return TimeModelRules(
+        version=version, ag_rs_algorithms=ag_rs, nvls_bw=nvls_bw, ring_ll_quarter=m <= 20,
+        ring_ll128_one_gpu_penalty=m <= 22, pat_bw_factor=0.85 if m == 23 else 0.75, pat_needs_sm60=m >= 26,
+        pat_literal_base=m <= 27, collnet_arity_us=0.5 if m <= 18 else 0.4, nvls_base_latency=m <= 18,
+        tree_net_latency_at_one_gpu=m >= 23, ring_allreduce_inter_steps_2n=m <= 22, ag_rs_convert_ring_only=m >= 23,
+        per_function_lists=m >= 24, ring_backup=19 <= m <= 23, ring_backup_follows_proto=22 <= m <= 23,
+        ring_kept_outside_allreduce=m <= 18, collnet_only_fallback=m <= 23, mixed_vendor_as_amd=m >= 24,
+        ll128_sms=ll128_sms, ll128_mixed_sm90=m >= 30, nvls_tree_correction=m >= 29,
+    )
+
+
+def _skipped(rules: TimeModelRules, func: str, algo: str, proto: str, pat_enabled: bool) -> bool:
     """Combinations tuning.cc never prices (their latency and bandwidth stay 0)."""
     if func in ("Broadcast", "Reduce") and algo != "Ring":
         return True
-    if func in ("ReduceScatter", "AllGather") and algo not in ("PAT", "Ring", "NVLS", "CollNetDirect"):
+    if func in ("ReduceScatter", "AllGather") and algo not in rules.ag_rs_algorithms:
         return True
     if func == "AllReduce" and algo == "PAT":
         return True
@@ -222,9 +303,10 @@ def _skipped(func: str, algo: str, proto: str, pat_enabled: bool) -> bool:
     return func in ("ReduceScatter", "AllGather") and algo == "PAT" and (proto != "Simple" or not pat_enabled)
 
 
-def _pat_enabled(inputs: TuneInputs, params: Params) -> bool:
+def _pat_enabled(rules: TimeModelRules, inputs: TuneInputs, params: Params) -> bool:
+    """ncclPatEnable: NCCL_PAT_ENABLE, else one GPU per node (the net device is always the host's)."""
     value = params.get("NCCL_PAT_ENABLE")
-    if inputs.min_compcap < 60:
+    if rules.pat_needs_sm60 and inputs.min_compcap < 60:
         return False
     if value is not None and value != 2:
         return bool(value)
@@ -250,49 +332,88 @@ def _tree_protocol_cap(bus: float, proto: str, n_nodes: int, n_channels: int, ll
     return bus
 
 
-def _bus_bw(inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str, caps) -> float:
-    """Bus bandwidth of one combination before the conversion to algorithm bandwidth."""
-    ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, ch_nvls_tree, nvls_eff = caps
+def _nvls_graph_bw(rules: TimeModelRules, inputs: TuneInputs, g: Graph, func: str, algo: str, caps) -> float:
+    """The per-channel bandwidth NVLS and NVLS Tree are priced at; -1 where 2.28+ skip the pair."""
     n_nodes = inputs.n_nodes
     ppn = inputs.n_ranks / n_nodes
-    bw = g.bw_intra if n_nodes <= 2 or algo.startswith("CollNet") else g.bw_inter
-    if algo in ("NVLS", "NVLSTree"):
+    if rules.nvls_bw == "efficiency":
+        ch_nvls_tree, nvls_eff = caps[4], caps[5]
         if g.n_channels < 2:
             return -1.0  # NVLS needs two channels: tuning.cc skips the pair entirely
         intra = g.bw_intra * nvls_eff * (g.n_channels - 1) / g.n_channels
         intra *= 2.0 if func == "AllReduce" else (ppn - 1) / ppn
         inter = g.bw_inter * (2 if n_nodes <= 2 and algo == "NVLSTree" else 1)
-        bw = min(intra, inter, ch_nvls_tree if algo == "NVLSTree" else math.inf)
+        return min(intra, inter, ch_nvls_tree if algo == "NVLSTree" else math.inf)
+    if rules.nvls_bw == "graph":
+        return g.bw_intra if n_nodes <= 2 else g.bw_inter
+    if algo == "NVLSTree":
+        return min(g.bw_intra, g.bw_inter if n_nodes <= 2 else g.bw_inter / 2)
+    if rules.nvls_bw == "min_ag_rs" and func != "AllReduce":
+        return min(g.bw_intra * (ppn - 1.0) / ppn, g.bw_inter * 0.9)
+    return min(g.bw_intra, g.bw_inter)
+
+
+def _bus_bw(rules: TimeModelRules, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str, caps) -> float:
+    """Bus bandwidth of one combination before the conversion to algorithm bandwidth (-1: not priced)."""
+    ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128 = caps[:4]
+    n_nodes = inputs.n_nodes
+    ppn = inputs.n_ranks / n_nodes
+    bw = g.bw_intra if n_nodes <= 2 or algo.startswith("CollNet") else g.bw_inter
+    if algo in ("NVLS", "NVLSTree"):
+        bw = _nvls_graph_bw(rules, inputs, g, func, algo, caps)
+        if bw < 0:
+            return -1.0
     bus = g.n_channels * bw
     if algo == "Ring" and proto == "LL":
-        bus = min(ll_max, bus * 0.5)
+        factor = 0.5
+        if rules.ring_ll_quarter:
+            factor = 0.25 if (n_nodes > 1 or func in ("AllReduce", "Reduce")) else 1.0 / 3.0
+        bus = min(ll_max, bus * factor)
     if algo == "Ring" and proto == "LL128":
-        bus = min(bus * 0.92, g.n_channels * ch_ring_ll128)
-    if algo == "Tree" and func == "AllReduce":
+        factor = 0.7 if rules.ring_ll128_one_gpu_penalty and ppn < 2 else 0.92
+        bus = min(bus * factor, g.n_channels * ch_ring_ll128)
+    if algo == "Tree" and func == "AllReduce":  # Tree is only priced for AllReduce
         bus = min(bus * 0.92, g.n_channels * ch_tree)
     if algo == "Tree":
         bus = _tree_protocol_cap(bus, proto, n_nodes, g.n_channels, ll_max, ch_tree_ll128)
-    if algo == "Tree" and inputs.max_tree_pattern == 3:  # NCCL_TOPO_PATTERN_TREE
+    if algo == "Tree" and inputs.max_tree_pattern == 3:  # NCCL_TOPO_PATTERN_TREE (the graph's own before 2.26)
         bus *= 0.85
     if algo == "PAT":
-        bus *= 0.75
+        bus *= rules.pat_bw_factor
     if algo.startswith("CollNet"):
         bus = 0.0  # no CollNet plugin: never used
-    if algo == "NVLS" and func in ("AllGather", "ReduceScatter") and n_nodes > 1:
-        bus = 0.0  # needs CollNet heads across nodes
+    if algo == "NVLS" and rules.nvls_bw in ("min_ag_rs", "efficiency") and func in ("AllGather", "ReduceScatter") \
+            and n_nodes > 1:
+        bus = 0.0  # needs CollNet heads across nodes (2.27+)
     return bus
 
 
-def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str,
-             params: Params, hw: str, intra_hw: str, legacy: bool = False) -> float:
-    """comm->latencies of one combination; `legacy` is 2.19-2.22 (no Tree NET latency at one GPU
-    per node, and a ring AllReduce counted as crossing the network 2 x nNodes times)."""
+def _algo_bw(rules: TimeModelRules, inputs: TuneInputs, func: str, algo: str, bus: float) -> float:
+    """Bus bandwidth to algorithm bandwidth: ring (and NVLS from 2.28) x nRanks/nsteps, NVLS x5/6 before,
+    others x0.5; from 2.23 only the ring converts AllGather/ReduceScatter."""
+    if rules.ag_rs_convert_ring_only and algo != "Ring" and func in ("AllGather", "ReduceScatter"):
+        return bus
+    n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
+    if algo == "Ring" or (algo in ("NVLS", "NVLSTree") and rules.nvls_bw == "efficiency"):
+        return bus * n_ranks / _ring_steps(func, n_ranks)
+    if algo == "NVLSTree" and rules.nvls_bw == "graph":
+        # 2.18: 0.7 nNodes / (2 (nNodes - 1)), infinite on one node where NVLS Tree is disabled anyway
+        return bus * (0.7 * n_nodes / (2 * (n_nodes - 1))) if n_nodes > 1 else 0.0
+    if algo in ("NVLS", "NVLSTree"):
+        return bus * 5.0 / 6.0
+    return bus * 0.5
+
+
+def _latency(rules: TimeModelRules, t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str,
+             proto: str, params: Params, hw: str, intra_hw: str) -> float:
+    """comm->latencies of one combination."""
     n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
     ppn = n_ranks / n_nodes
     nsteps = _ring_steps(func, n_ranks)
     lat = t.base_lat(algo, proto)
     intra = t.hw_lat(intra_hw, algo, proto)
-    inter = t.hw_lat("NET", "Tree" if ppn == 1 and not legacy else algo, proto) + g.latency_inter
+    inter = t.hw_lat("NET", "Tree" if ppn == 1 and rules.tree_net_latency_at_one_gpu else algo, proto)
+    inter += g.latency_inter
     if proto == "Simple":
         inter += g.latency_inter  # the flush after each receive
     per_node = n_ranks // n_nodes
@@ -308,7 +429,7 @@ def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str
         if n_nodes > 1:
             overhead = _net_overhead_us(inputs, params) * (3 if proto == "Simple" else 1)
         intra = max(intra, overhead)
-        if legacy:
+        if rules.ring_allreduce_inter_steps_2n:
             inter_steps = (2 * n_nodes if n_nodes > 1 else 0) if func == "AllReduce" else n_nodes - 1
         else:
             inter_steps = 0 if n_nodes == 1 else 2 * (n_nodes - 1) if func == "AllReduce" else n_nodes - 1
@@ -318,15 +439,20 @@ def _latency(t: TuningTables, inputs: TuneInputs, g: Graph, func: str, algo: str
             lat += 2 * ((per_node - 1) * intra + _log2i(n_nodes) * inter)
         return lat
     if algo == "CollNetDirect":
-        return lat + 2 * (min(1, per_node - 1) * intra + (per_node - 1) * 0.4) + inter
+        return lat + 2 * (min(1, per_node - 1) * intra + (per_node - 1) * rules.collnet_arity_us) + inter
     if algo == "CollNetChain":
         return lat + 2 * (per_node - 1) * intra + inter
     if algo == "NVLS":
+        if rules.nvls_base_latency:
+            return lat + (t.hw_lat("NET", algo, proto) if n_nodes > 1 else 0.0)
         return intra + (inter if n_nodes > 1 else 0.0)
     if algo == "NVLSTree":
+        if rules.nvls_base_latency:
+            return lat + 2 * (n_nodes - 1) * t.hw_lat("NET", algo, proto)
         return lat + intra + 2 * _log2i(n_nodes) * inter
     if algo == "PAT" and func in ("AllGather", "ReduceScatter"):
-        return lat + _log2i(n_nodes) * (inter / 3.5) + n_ranks * 2.8
+        base = 8.0 if rules.pat_literal_base else lat
+        return base + _log2i(n_nodes) * (inter / 3.5) + n_ranks * 2.8
     return lat
 
 
@@ -341,64 +467,42 @@ def _log2i(n: int) -> int:
     return n.bit_length() - 1 if n > 0 else 0
 
 
-def _touched(setting, func: str) -> bool:
-    """Whether an NCCL_ALGO/NCCL_PROTO value names this function (parseList rewrites its row)."""
-    return setting is not None and any(p is None or p.lower() == func.lower() for p, _, _ in setting.entries)
-
-
-def _ll128_auto(inputs: TuneInputs, params: Params, g: Graph) -> bool:
-    """LL128 where NCCL enables it by default (tuning.cc, NCCL_LL128_C2C default 1)."""
-    rank = inputs.path_rank
-    c2c = params.get("NCCL_LL128_C2C")
-    c2c = 1 if c2c is None else c2c
-    if c2c and inputs.min_compcap >= 90:
-        ok = rank[g.type_inter] <= rank["PXN"]
-    else:
-        ok = rank[g.type_inter] <= rank["PXB"]
-    ok = ok and rank[g.type_intra] <= rank["NVB"]
-    ok = ok and (inputs.min_compcap == inputs.max_compcap or inputs.min_compcap >= 90)
-    return ok and inputs.min_compcap >= 70
-
-
 def time_model_modelled(version) -> bool:
-    """Release lines whose ncclTopoTuneModel is reproduced (the others differ in ways not yet written)."""
-    return 19 <= version.minor <= 22 or version.minor == 30
+    """Release lines whose ncclTopoTuneModel is reproduced: every modelled line, 2.18 to 2.30."""
+    return 18 <= version.minor <= 30
 
 
 def tune_model(tables: TuningTables, inputs: TuneInputs, params: Params) -> CostTable:
     """ncclTopoTuneModel: the latency and bandwidth of every collective x algorithm x protocol."""
-    minor = tables.version.minor
     if not time_model_modelled(tables.version):
         raise UsageError(f"the time model of NCCL {tables.version.line} is not modelled yet", "--nccl-version",
-                         "2.19, 2.20, 2.21, 2.22 or 2.30")
+                         "2.18 to 2.30")
+    rules = time_model_rules(tables.version)
     algorithms = tables.algorithms
     graphs = _algo_graphs(inputs)
     max_threads = _max_threads(inputs, params, algorithms)
     n_f, n_a = len(FUNCTIONS), len(algorithms)
     lat = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
     bw = [[[0.0] * 3 for _ in range(n_a)] for _ in range(n_f)]
-    backup = [[0.0] * 3 for _ in range(n_f)] if minor <= 22 else None
-    if inputs.n_ranks > 1 and minor <= 22:
-        _fill_219(tables, inputs, params, graphs, lat, bw)
-        _apply_enables_219(tables, inputs, params, graphs, bw, backup)
-    elif inputs.n_ranks > 1:
-        _fill(tables, inputs, params, graphs, lat, bw)
-        _apply_enables(tables, inputs, params, graphs, bw)
+    backup = [[0.0] * 3 for _ in range(n_f)] if rules.ring_backup else None
+    if inputs.n_ranks > 1:
+        _fill(rules, tables, inputs, params, graphs, lat, bw)
+        _apply_enables(rules, tables, inputs, params, graphs, bw, backup)
     freeze = lambda m: tuple(tuple(tuple(p) for p in a) for a in m)  # noqa: E731
     return CostTable(algorithms=algorithms, lat_us=freeze(lat), bw_gbps=freeze(bw), max_threads=max_threads,
                      version=tables.version,
                      ring_backup_gbps=tuple(tuple(row) for row in backup) if backup is not None else None)
 
 
-def _caps(tables: TuningTables, inputs: TuneInputs, mixed_as_amd: bool = True):
-    """The caps of this job's row and column; multi-node LL caps go by CPU vendor (AMD row 1;
-    hosts of mixed vendors count as AMD in 2.30; 2.19-2.22 have no mixed vendor)."""
+def _caps(rules: TimeModelRules, tables: TuningTables, inputs: TuneInputs):
+    """The caps of this job's row and column; multi-node LL caps go by CPU vendor (AMD row 1, and
+    hosts of mixed vendors from 2.24)."""
     cc = tables.compcap_row(inputs.min_compcap)
     col = tables.nodes_column(inputs.n_nodes)
     if inputs.n_nodes == 1:
         ll_row = cc
     else:
-        amd = (_VENDOR_AMD, _VENDOR_MIXED) if mixed_as_amd else (_VENDOR_AMD,)
+        amd = (_VENDOR_AMD, _VENDOR_MIXED) if rules.mixed_vendor_as_amd else (_VENDOR_AMD,)
         ll_row = 1 if inputs.cpu_vendor in amd else 0
     nvls_tree = tables.per_ch_max_nvls_tree_bw_gbps
     return (tables.ll_max_bw_gbps[ll_row][col], tables.per_ch_max_tree_bw_gbps[cc][col],
@@ -406,28 +510,24 @@ def _caps(tables: TuningTables, inputs: TuneInputs, mixed_as_amd: bool = True):
             nvls_tree[cc][col] if nvls_tree else 0.0, tables.nvls_efficiency[cc] if tables.nvls_efficiency else 0.0)
 
 
-def _fill(tables, inputs, params, graphs, lat, bw) -> None:
-    caps = _caps(tables, inputs)
-    pat = _pat_enabled(inputs, params)
+def _fill(rules, tables, inputs, params, graphs, lat, bw) -> None:
+    caps = _caps(rules, tables, inputs)
+    pat = _pat_enabled(rules, inputs, params) if "PAT" in tables.algorithms else False
     if inputs.cpu_arch == _ARCH_POWER:
         tables = _power_tables(tables)
-    n_ranks = inputs.n_ranks
     for f, func in enumerate(FUNCTIONS):
-        nsteps = _ring_steps(func, n_ranks)
         for a, algo in enumerate(tables.algorithms):
             g = graphs[algo]
             intra_hw = "NVLINK" if g.type_intra == "NVL" else "PCI"
             hw = intra_hw if inputs.n_nodes == 1 else "NET"
             for p, proto in enumerate(PROTOCOLS):
-                if _skipped(func, algo, proto, pat):
+                if _skipped(rules, func, algo, proto, pat):
                     continue
-                bus = _bus_bw(inputs, g, func, algo, proto, caps)
+                bus = _bus_bw(rules, inputs, g, func, algo, proto, caps)
                 if bus < 0:
                     continue
-                if not (algo != "Ring" and func in ("AllGather", "ReduceScatter")):
-                    bus *= n_ranks / nsteps if algo in ("Ring", "NVLS", "NVLSTree") else 0.5
-                bw[f][a][p] = bus
-                lat[f][a][p] = _latency(tables, inputs, g, func, algo, proto, params, hw, intra_hw)
+                bw[f][a][p] = _algo_bw(rules, inputs, func, algo, bus)
+                lat[f][a][p] = _latency(rules, tables, inputs, g, func, algo, proto, params, hw, intra_hw)
 
 
 def _power_tables(tables: TuningTables) -> TuningTables:
@@ -438,88 +538,13 @@ def _power_tables(tables: TuningTables) -> TuningTables:
     return replace(tables, hw_lat_us=(tables.hw_lat_us[0], tuple(pci), tables.hw_lat_us[2]))
 
 
-def _apply_enables(tables, inputs, params, graphs, bw) -> None:
-    """NCCL_PROTO / NCCL_ALGO, LL128's default scope, and algorithms this job cannot run."""
-    proto_setting = params.get("NCCL_PROTO")
-    algo_setting = params.get("NCCL_ALGO")
-    for f, func in enumerate(FUNCTIONS):
-        protos = proto_setting.enabled(func, PROTOCOLS) if _touched(proto_setting, func) else None
-        algos = algo_setting.enabled(func, tables.algorithms) if algo_setting is not None else None
-        for a, algo in enumerate(tables.algorithms):
-            algo_on = algos[algo] if algos is not None else True
-            if algo == "NVLSTree" and inputs.n_nodes == 1:
-                algo_on = False
-            if algo in ("CollNetDirect", "CollNetChain") or (algo == "NVLS" and inputs.n_nodes > 1):
-                algo_on = False  # collnetEnable is 0 without a CollNet plugin
-            for p, proto in enumerate(PROTOCOLS):
-                if protos is not None:
-                    proto_on = protos[proto]
-                elif proto == "LL128":
-                    proto_on = _ll128_auto(inputs, params, graphs[algo])
-                else:
-                    proto_on = True
-                if not (proto_on and algo_on):
-                    bw[f][a][p] = 0.0
-
-
-# --- NCCL 2.19-2.22 (six algorithms, global NCCL_ALGO/NCCL_PROTO lists) ---------------------------
-
-def _fill_219(tables, inputs, params, graphs, lat, bw) -> None:
-    """tuning.cc of 2.19-2.22: no PAT, no NVLS efficiency table, NVLS bandwidth x5/6."""
-    minor = tables.version.minor
-    ll_max, ch_tree, ch_ring_ll128, ch_tree_ll128, _, _ = _caps(tables, inputs, mixed_as_amd=False)
-    if inputs.cpu_arch == _ARCH_POWER:
-        tables = _power_tables(tables)
-    n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
-    ppn = n_ranks / n_nodes
-    for f, func in enumerate(FUNCTIONS):
-        nsteps = _ring_steps(func, n_ranks)
-        for a, algo in enumerate(tables.algorithms):
-            if func in ("Broadcast", "Reduce") and algo != "Ring":
-                continue
-            rs_ag = ("Ring", "NVLS") + (("CollNetDirect",) if minor >= 20 else ())
-            if func in ("ReduceScatter", "AllGather") and algo not in rs_ag:
-                continue
-            g = graphs[algo]
-            intra_hw = "NVLINK" if g.type_intra == "NVL" else "PCI"
-            hw = intra_hw if n_nodes == 1 else "NET"
-            for p, proto in enumerate(PROTOCOLS):
-                if algo in ("NVLS", "NVLSTree") and proto != "Simple":
-                    continue
-                one = g.bw_intra if n_nodes <= 2 or algo.startswith("CollNet") else g.bw_inter
-                if algo == "NVLS":
-                    one = min(g.bw_intra, g.bw_inter)
-                if algo == "NVLSTree":
-                    one = min(g.bw_intra, g.bw_inter if n_nodes <= 2 else g.bw_inter / 2)
-                bus = g.n_channels * one
-                if algo == "Ring" and proto == "LL":
-                    if minor >= 21:
-                        factor = 0.5
-                    else:
-                        factor = 0.25 if (n_nodes > 1 or func in ("AllReduce", "Reduce")) else 1.0 / 3.0
-                    bus = min(ll_max, bus * factor)
-                if algo == "Ring" and proto == "LL128":
-                    bus = min(bus * (0.7 if ppn < 2 else 0.92), g.n_channels * ch_ring_ll128)
-                if algo == "Tree":
-                    bus = min(bus * 0.92, g.n_channels * ch_tree)
-                if algo == "Tree":
-                    bus = _tree_protocol_cap(bus, proto, n_nodes, g.n_channels, ll_max, ch_tree_ll128)
-                if algo == "Tree" and g.pattern == 3:  # NCCL_TOPO_PATTERN_TREE
-                    bus *= 0.85
-                if algo.startswith("CollNet"):
-                    bus = 0.0  # no CollNet plugin: disabled below in any case
-                if algo == "Ring":
-                    bus *= n_ranks / nsteps
-                elif algo in ("NVLS", "NVLSTree"):
-                    bus *= 5.0 / 6.0
-                else:
-                    bus *= 0.5
-                bw[f][a][p] = bus
-                lat[f][a][p] = _latency(tables, inputs, g, func, algo, proto, params, hw, intra_hw, legacy=True)
+def _touched(setting, func: str) -> bool:
+    """Whether an NCCL_ALGO/NCCL_PROTO value names this function (parseList rewrites its row)."""
+    return setting is not None and any(p is None or p.lower() == func.lower() for p, _, _ in setting.entries)
 
 
 def _flat_list(setting, names) -> list[int]:
-    """parseList of 2.19-2.22: one list for every function; `^` negates; unknown tokens ignored."""
+    """parseList until 2.23: one list for every function; `^` negates; unknown tokens ignored."""
     text = setting.text
     negate = text.startswith("^")
     state = [1 if negate else 0] * len(names)
@@ -530,49 +555,85 @@ def _flat_list(setting, names) -> list[int]:
     return state
 
 
-def _apply_enables_219(tables, inputs, params, graphs, bw, backup) -> None:
-    algorithms = tables.algorithms
+def _enable_lists(rules, algorithms, inputs, params) -> tuple[list[list[int]], list[list[int]]]:
+    """protoEnable and algoEnable per function: 2 marks LL128 left to its default scope."""
     proto_setting, algo_setting = params.get("NCCL_PROTO"), params.get("NCCL_ALGO")
-    proto_on = _flat_list(proto_setting, PROTOCOLS) if proto_setting is not None else [1, 2, 1]
-    algo_on = _flat_list(algo_setting, algorithms) if algo_setting is not None else [1] * len(algorithms)
-    index = {a: i for i, a in enumerate(algorithms)}
-    if inputs.n_nodes == 1:
-        algo_on[index["NVLSTree"]] = 0
-    algo_on[index["CollNetDirect"]] = algo_on[index["CollNetChain"]] = 0  # collNetSupport is 0
-    if inputs.n_nodes > 1:
-        algo_on[index["NVLS"]] = 0
-    if not any(algo_on[index[a]] for a in ("Ring", "Tree", "NVLS", "NVLSTree")):
-        algo_on[index["Ring"]] = algo_on[index["Tree"]] = 1  # NCCL_ALGO=COLLNET alone is ignored
+    protos, algos = [], []
+    for func in FUNCTIONS:
+        if not rules.per_function_lists:
+            proto_on = _flat_list(proto_setting, PROTOCOLS) if proto_setting is not None else [1, 2, 1]
+            algo_on = _flat_list(algo_setting, algorithms) if algo_setting is not None else [1] * len(algorithms)
+        else:
+            proto_on = [1, 2, 1]
+            if _touched(proto_setting, func):
+                proto_on = [int(v) for v in proto_setting.enabled(func, PROTOCOLS).values()]
+            algo_on = [1] * len(algorithms)
+            if algo_setting is not None:
+                algo_on = [int(v) for v in algo_setting.enabled(func, algorithms).values()]
+        index = {a: i for i, a in enumerate(algorithms)}
+        if inputs.n_nodes == 1:
+            algo_on[index["NVLSTree"]] = 0
+        algo_on[index["CollNetDirect"]] = algo_on[index["CollNetChain"]] = 0  # no CollNet plugin
+        if inputs.n_nodes > 1:
+            algo_on[index["NVLS"]] = 0
+        if rules.collnet_only_fallback and not any(algo_on[index[a]] for a in ("Ring", "Tree", "NVLS", "NVLSTree")):
+            algo_on[index["Ring"]] = algo_on[index["Tree"]] = 1  # NCCL_ALGO=COLLNET alone is ignored
+        protos.append(proto_on)
+        algos.append(algo_on)
+    return protos, algos
+
+
+def _ll128_auto(rules: TimeModelRules, inputs: TuneInputs, params: Params, g: Graph) -> bool:
+    """LL128 where NCCL enables it by default: NVLink-class paths inside a node, up to PXB (PXN on
+    SM90+) across nodes, one SM model (or SM90+ in 2.30), and the SMs each release lists."""
     rank = inputs.path_rank
-    ring_backup = [[bw[f][index["Ring"]][p] for p in range(3)] for f in range(len(FUNCTIONS))]
-    for f in range(len(FUNCTIONS)):
+    cc_min, cc_max = inputs.min_compcap, inputs.max_compcap
+    if rules.ll128_sms is None:
+        c2c = params.get("NCCL_LL128_C2C")
+        c2c = 1 if c2c is None else c2c
+        ok = rank[g.type_inter] <= rank["PXN" if c2c and cc_min >= 90 else "PXB"]
+        ok = ok and cc_min >= 70
+    else:
+        ok = rank[g.type_inter] <= rank["PXB"] or (cc_min >= 90 and rank[g.type_inter] <= rank["PXN"])
+        ok = ok and cc_min in rules.ll128_sms
+    ok = ok and rank[g.type_intra] <= rank["NVB"]
+    return ok and (cc_min == cc_max or (rules.ll128_mixed_sm90 and cc_min >= 90))
+
+
+def _apply_enables(rules, tables, inputs, params, graphs, bw, backup) -> None:
+    """NCCL_PROTO / NCCL_ALGO, LL128's default scope, the algorithms this job cannot run, and (2.19-2.23)
+    the ring kept as a backup for a collective left with nothing."""
+    algorithms = tables.algorithms
+    protos, algos = _enable_lists(rules, algorithms, inputs, params)
+    ring = algorithms.index("Ring")
+    if backup is not None:
+        for f in range(len(FUNCTIONS)):
+            backup[f] = [bw[f][ring][p] for p in range(3)]
+    for f, func in enumerate(FUNCTIONS):
         for a, algo in enumerate(algorithms):
-            g = graphs[algo]
             for p in range(3):
-                enabled = proto_on[p]
-                if enabled == 2:  # LL128 by default: Volta, Ampere, Hopper on NVLink-class paths only
-                    enabled = (rank[g.type_inter] <= rank["PXB"]
-                               or (inputs.min_compcap >= 90 and rank[g.type_inter] <= rank["PXN"]))
-                    enabled = enabled and rank[g.type_intra] <= rank["NVB"]
-                    enabled = enabled and inputs.min_compcap == inputs.max_compcap
-                    enabled = enabled and inputs.min_compcap in (70, 80, 90)
+                enabled = protos[f][p]
+                if enabled == 2:
+                    enabled = _ll128_auto(rules, inputs, params, graphs[algo])
                 if not enabled:
                     bw[f][a][p] = 0.0
-                    if algo == "Ring" and tables.version.minor >= 22:
-                        ring_backup[f][p] = 0.0
-                if not algo_on[a]:
+                    if algo == "Ring" and backup is not None and rules.ring_backup_follows_proto:
+                        backup[f][p] = 0.0
+                if algo == "Ring" and func != "AllReduce" and rules.ring_kept_outside_allreduce:
+                    continue
+                if not algos[f][a]:
                     bw[f][a][p] = 0.0
-    for f in range(len(FUNCTIONS)):
-        backup[f] = list(ring_backup[f])
-        if not any(bw[f][a][p] for a in range(len(algorithms)) for p in range(3)):
-            for p in range(3):  # at least keep the ring available
-                bw[f][index["Ring"]][p] = ring_backup[f][p]
+    if backup is not None:
+        for f in range(len(FUNCTIONS)):
+            if not any(bw[f][a][p] for a in range(len(algorithms)) for p in range(3)):
+                for p in range(3):  # at least keep the ring available
+                    bw[f][ring][p] = backup[f][p]
 
 
 @dataclass(frozen=True)
 class AlgoTime:
     """ncclTopoGetAlgoTime's answer for one operation: `time_us` is -1 where NCCL would not use the
-    combination; `backup` says the time came from the ring backup bandwidth (2.19-2.22)."""
+    combination; `backup` says the time came from the ring backup bandwidth (2.19-2.23)."""
 
     time_us: float
     backup: bool = False
@@ -593,11 +654,11 @@ def algo_time(table: CostTable, inputs: TuneInputs, func: str, algorithm: str, p
         return AlgoTime(-1.0, backup)
     log_size = _log2i(nbytes >> 6)
     factors = tuning_tables(table.version).tree_correction_factor
-    legacy = table.ring_backup_gbps is not None
-    if algorithm == "Tree" and 0 <= log_size < 23 and (legacy or func == "AllReduce"):
+    # Tree is only priced for AllReduce; from 2.23 tuning.cc also says so in the test.
+    if algorithm == "Tree" and func == "AllReduce" and 0 <= log_size < 23:
         bw *= factors[p][log_size]
-    if (algorithm == "NVLSTree" and not legacy and func == "AllReduce" and 0 <= log_size < 24
-            and inputs.min_compcap >= 100 and inputs.cpu_arch == _ARCH_X86):
+    if (algorithm == "NVLSTree" and time_model_rules(table.version).nvls_tree_correction and func == "AllReduce"
+            and 0 <= log_size < 24 and inputs.min_compcap >= 100 and inputs.cpu_arch == _ARCH_X86):
         bw *= factors[p][log_size]
     if (algorithm == "Ring" and protocol == "Simple" and inputs.n_nodes > 1 and func == "AllReduce"
             and nbytes // (n_channels * inputs.n_ranks) >= 64):

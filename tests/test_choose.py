@@ -1,10 +1,10 @@
-"""NCCL's per-call choice (enqueue.cc getAlgoInfo / topoGetAlgoInfo, NCCL 2.22.3 and 2.30.7)."""
+"""NCCL's per-call choice (enqueue.cc getAlgoInfo / topoGetAlgoInfo of each release, 2.18.6 to 2.30.7)."""
 from __future__ import annotations
 
 import pytest
 
 from nicksim.calls import call_for_size
-from nicksim.choose import choose, nvls_supported
+from nicksim.choose import _candidates, choose, nvls_supported
 from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
@@ -109,7 +109,59 @@ def test_point_to_point_has_no_algorithm_choice(h100):
         choose(h100.comm, call_for_size("alltoall", 1 << 20, "float", "sum", 0, h100.nranks))
 
 
-def test_unmodelled_time_model_is_an_error():
-    job = job_of(version="2.26")
-    with pytest.raises(UsageError, match="not modelled"):
-        job.comm
+@pytest.mark.parametrize("version", ["2.18", "2.23", "2.26", "2.29"])
+def test_every_release_line_chooses(version):
+    job = job_of(version=version)
+    assert (choose(job.comm, ar(job, 8)).algorithm, choose(job.comm, ar(job, 8)).protocol) == ("Ring", "LL")
+
+
+def test_ring_backup_rescues_a_call_in_2_23_not_in_2_24():
+    """enqueue.cc 2.23.4 still keeps the ring's bandwidth (comm->ringbdw) as a backup when NCCL_ALGO leaves a
+    call nothing it can run; 2.24.3 dropped it and fails. NVLS Tree is all that is left here, and float max
+    has no multimem reduction."""
+    call = {"NCCL_ALGO": "NVLSTree"}
+    job = job_of(nodes=2, version="2.23", env=call)
+    got = choose(job.comm, ar(job, 1 << 20, op="max"))
+    assert got.algorithm == "Ring" and got.backup
+    job = job_of(nodes=2, version="2.24", env=call)
+    with pytest.raises(UsageError, match="no algorithm/protocol"):
+        choose(job.comm, ar(job, 1 << 20, op="max"))
+
+
+@pytest.mark.parametrize("version, channels", [("2.24", 16), ("2.25", 32), ("2.26", 32), ("2.27", 24), ("2.30", 24)])
+def test_nvls_channels_on_one_b200_node(version, channels):
+    """nvls.cc: NCCL_NVLS_NCHANNELS 16 until 2.24; NVLS_NCHANNELS_SM100 32 in 2.25-2.26; 24 in one NVLink
+    domain (NVLS_NCHANNELS_SM100_NVL) from 2.27."""
+    job = job_of(system="dgx-b200", version=version)
+    got = choose(job.comm, ar(job, 1 << 30))
+    assert (got.algorithm, got.max_channels) == ("NVLS", channels)
+
+
+def test_tree_takes_every_thread_from_2_22():
+    """topoGetAlgoInfo: 2.18.6 and 2.19.4 size Tree threads like the ring (512 LL threads here); from 2.22.3
+    Tree always runs NCCL_MAX_NTHREADS."""
+    for version, threads in (("2.18", 512), ("2.19", 512), ("2.22", 640), ("2.26", 640)):
+        job = job_of(nodes=2, version=version, env={"NCCL_ALGO": "Tree"})
+        got = choose(job.comm, ar(job, 4096))
+        assert (got.algorithm, got.protocol, got.n_threads) == ("Tree", "LL", threads), version
+
+
+def _nvls_priced(job, collective, op="sum", dtype="float"):
+    call = call_for_size(collective, 1 << 26, dtype, op, 0, job.nranks)
+    return {a for a, _ in _candidates(job.comm, call)} & {"NVLS", "NVLSTree"}
+
+
+def test_which_calls_may_use_nvls_per_release():
+    """updateCollCostTable / topoGetAlgoInfo: 2.18 asks NCCL_NVLS_SUPPORTS(type, op) only; 2.19-2.21 the
+    comm's NVLS support too; 2.22-2.26 let AllGather through regardless (it is priced at -1 without an NVLS
+    graph); 2.25-2.26 keep NVLS AllGather/ReduceScatter to 32 ranks, 2.27+ to 32 local ranks."""
+    off = {"NCCL_NVLS_ENABLE": "0"}
+    assert _nvls_priced(job_of(version="2.18", env=off), "all_reduce") == {"NVLS", "NVLSTree"}
+    assert _nvls_priced(job_of(version="2.18"), "all_reduce", op="max") == set()
+    assert _nvls_priced(job_of(version="2.21", env=off), "all_gather") == set()
+    assert _nvls_priced(job_of(version="2.22", env=off), "all_gather") == {"NVLS", "NVLSTree"}
+    assert _nvls_priced(job_of(version="2.27", env=off), "all_gather") == set()
+    assert _nvls_priced(job_of(version="2.24", system="gb200-nvl72"), "all_gather") == {"NVLS", "NVLSTree"}
+    assert _nvls_priced(job_of(version="2.25", system="gb200-nvl72"), "all_gather") == {"NVLSTree"}
+    assert _nvls_priced(job_of(version="2.27", system="gb200-nvl72"), "all_gather") == set()
+    assert _nvls_priced(job_of(version="2.27", system="gb200-nvl72"), "all_reduce") == {"NVLS", "NVLSTree"}

@@ -60,6 +60,11 @@ def test_what_changed_between_releases():
     for line in ("2.19", "2.22"):
         assert [tables(line).hw_lat(hw, "Tree", "Simple") for hw in HARDWARE] == [28.0, 28.0, 28.0]
     assert [tables("2.23").hw_lat(hw, "Tree", "Simple") for hw in HARDWARE] == [4.0, 4.0, 14.0]
+    # 2.18.6 priced Tree/Simple at 4/6/14 us and NVLS Tree over the network at 19 us; NET NVLS Tree is
+    # 14 us in 2.19-2.27 and 20.9 us from 2.28 (tuning.cc 2.28.9 ncclTunerConstantsDefaults).
+    assert [tables("2.18").hw_lat(hw, "Tree", "Simple") for hw in HARDWARE] == [4.0, 6.0, 14.0]
+    assert [tables(line).hw_lat("NET", "NVLSTree", "Simple") for line in ("2.18", "2.19", "2.27", "2.28")] == \
+        [19.0, 14.0, 14.0, 20.9]
     # NVLS on NVLink: 23 us until 2.20, 25 us from 2.21.
     assert tables("2.20").hw_lat("NVLINK", "NVLS", "Simple") == 23.0
     assert tables("2.21").hw_lat("NVLINK", "NVLS", "Simple") == 25.0
