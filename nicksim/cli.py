@@ -33,8 +33,7 @@ from .connect import (format_channel_counts, format_channels, format_nvls_heads,
 from .search import format_graph, graphs_xml
 from .topo import format_system
 from .transports import connection_lines, ring_links, tree_links
-from .tuning import (format_thread_thresholds, format_tuning_table, thread_thresholds, time_model_modelled,
-                     tune_inputs, tune_model)
+from .tuning import format_thread_thresholds, format_tuning_table, thread_thresholds
 from .xml import write_topo_xml
 
 __all__ = ["main", "build_parser"]
@@ -229,12 +228,7 @@ def _run_search(args, params: Params) -> int:
                         + format_channels(channels)))
         tables = tuning_tables(paths.system.rules.version)
         if (args.print_tuning or _debug_subsys(params, "TUNING")) and args.rank == 0:
-            if time_model_modelled(tables.version):
-                table = tune_model(tables, tune_inputs(paths, graphs, args.nodes), params)
-                print("\n".join(format_tuning_table(table)))
-            else:
-                _warn([f"the TUNING table of NCCL {tables.version.line} is not modelled yet "
-                       "(2.19, 2.20, 2.21, 2.22 and 2.30 are)"])
+            print("\n".join(format_tuning_table(job.comm.table)))
         print(f"P2P Chunksize set to {p2p_chunk_nbytes(paths, args.nodes, params)}")
         print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
         p2p = p2p_channels(paths, channels.n_channels, args.nodes, params, args.rank)

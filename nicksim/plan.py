@@ -137,18 +137,23 @@ def _partition(comm: CommState, call: Call, choice: Choice) -> list[tuple[int, i
     minor = comm.table.version.minor
     elem = call.elem_nbytes
     nvls = choice.algorithm in ("NVLS", "NVLSTree")
-    kind_max = (comm.nvls_channels if nvls else comm.n_channels)
-    if nvls and minor >= 23 and comm.n_nodes > 1 and choice.algorithm == "NVLS":
-        kind_max = min(comm.n_channels, comm.nvls_channels)
+    kind_max = comm.nvls_channels if nvls else comm.n_channels  # nMaxChannels[collnet=0][nvls]
     n_ch = min(choice.max_channels, kind_max)
     traffic_per_byte = call.traffic_per_byte
     traffic = call.count * elem * traffic_per_byte
+    # From 2.26 LL counts four bytes of traffic per byte (16-byte lines carry 8 data bytes), both in
+    # the task's traffic (ncclPrepareTasks) and per cell.
+    ll4 = 4 if (choice.protocol == "LL" and minor >= 26) else 1
+    traffic *= ll4
     if minor >= 23:
-        min_traffic = 32 << 10  # MinTrafficPerChannel (2.30.7)
+        # MinTrafficPerChannel: 16 KiB in 2.23-2.28, 32 KiB from 2.29 (which also rounds to 16 bytes).
+        min_traffic = (32 << 10) if minor >= 29 else (16 << 10)
         traffic = max(min_traffic, traffic)
-        per_channel = _div_up(traffic // n_ch, 16) * 16
-        # LL moves 16 bytes per 8 of data, and enqueue.cc counts its traffic four-fold from here on.
-        traffic_per_byte *= 4 if choice.protocol == "LL" else 1
+        if minor >= 29:
+            per_channel = _div_up(traffic // n_ch, 16) * 16
+        else:
+            per_channel = max(min_traffic, traffic // n_ch)
+        traffic_per_byte *= ll4
         cell = _div_up(_div_up(min_traffic, traffic_per_byte), 16) * 16
     else:
         per_channel = max(512, traffic // n_ch)  # 2.22.3: MinTrafficPerChannel 512, 16-byte cells

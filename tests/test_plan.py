@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from nicksim.calls import call_for_size
-from nicksim.choose import _size, choose
+from nicksim.choose import forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, check_programs, plan_call, proto_grain_nbytes,
@@ -23,7 +23,7 @@ def job_of(system="dgx-h100", nodes=1, version="2.30", env=None, **spec):
 
 def forced(job, call, algorithm, protocol):
     """The plan NCCL would make had it picked `algorithm`/`protocol` (as NCCL_ALGO/NCCL_PROTO force)."""
-    return plan_call(job.comm, call, _size(job.comm, call, algorithm, protocol, call.nbytes, 0.0, False))
+    return plan_call(job.comm, call, forced_choice(job.comm, call, algorithm, protocol))
 
 
 def all_programs(job, plan, trees=None):
@@ -108,17 +108,28 @@ def test_nvls_tree_without_the_broadcast_never_finishes(jobs):
 
 
 def test_partition_matches_a_hand_computed_2_30_split(jobs):
-    # 1 MiB float all_reduce, Ring LL on 24 channels (enqueue.cc scheduleCollTasksToPlan, 2.30.7):
-    # traffic 2 MiB -> 87392 B/channel; LL cell = 32 KiB/8 = 4096 B (1024 floats), 256 cells of 32 KiB
-    # traffic; 3 cells per channel would need 86 channels -> overflow: lo 3 cells, 22 mid and a hi
-    # of 253 // 23 = 11 cells each.
+    # 1 MiB float all_reduce, Ring LL on 24 channels (enqueue.cc, 2.30.7): LL's task traffic counts
+    # four-fold (ncclPrepareTasks), 2 MiB x 4 = 8 MiB -> 349536 B per channel (rounded to 16); LL
+    # cells are 32 KiB / 8 = 4096 B (1024 floats) of 32 KiB traffic: 11 cells per channel, so 23
+    # channels of 11 cells and a last one with the remaining 3.
     job = jobs["h100"]
     call = call_for_size("all_reduce", 1 << 20, "float", "sum", 0, job.nranks)
     plan = plan_call(job.comm, call)
     assert (plan.algorithm, plan.protocol, plan.max_channels) == ("Ring", "LL", 24)
-    assert [p.count for p in plan.parts] == [3072] + [11264] * 23
+    assert [p.count for p in plan.parts] == [11264] * 23 + [3072]
     assert [p.channel for p in plan.parts] == list(range(24))
-    assert [p.offset for p in plan.parts][:3] == [0, 3072, 3072 + 11264]
+    assert [p.offset for p in plan.parts][:3] == [0, 11264, 2 * 11264]
+
+
+def test_partition_matches_a_hand_computed_2_22_split():
+    # The same call on 2.22.3: traffic 2 MiB / 24 = 87381 B per channel, 16-byte cells of 32 B
+    # traffic: the first channel takes floor(87381/32) = 2730 cells, 22 more take ceil = 2731, the
+    # last the remaining 2724 (x 4 floats each).
+    job = job_of(version="2.22")
+    call = call_for_size("all_reduce", 1 << 20, "float", "sum", 0, job.nranks)
+    plan = forced(job, call, "Ring", "LL")
+    assert plan.max_channels == 24
+    assert [p.count for p in plan.parts] == [10920] + [10924] * 22 + [10896]
 
 
 def test_chunk_sizes_per_protocol(jobs):
