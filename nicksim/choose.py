@@ -119,12 +119,14 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
         nvls_channels = max(min_ctas, min(max_ctas, wanted))
     # NCCL_NVLSTREE_MAX_CHUNKSIZE default (-2): 64 KiB from 4 nodes, else the NVLS chunk (enqueue.cc 2.22,
     # nvls.cc 2.30; the SM100 multi-node retuning of 2.30 is not modelled).
-    tree_max = 65536 if n_nodes >= 4 else _NVLS_CHUNK_NBYTES
+    chunk = params.get("NCCL_NVLS_CHUNKSIZE") or _NVLS_CHUNK_NBYTES
+    tree_env = params.get("NCCL_NVLSTREE_MAX_CHUNKSIZE")
+    tree_max = tree_env if tree_env is not None and tree_env != -2 else (65536 if n_nodes >= 4 else chunk)
     buff_simple = params.get("NCCL_BUFFSIZE") or (4 << 20)
     return CommState(
         table=table, inputs=inputs, thresholds=thread_thresholds(tables, inputs.n_ranks, params),
         n_channels=n_channels, nvls_support=nvls is not None, nvls_channels=nvls_channels,
-        nvls_heads=nvls.n_channels if nvls is not None else 0, nvls_chunk_nbytes=_NVLS_CHUNK_NBYTES,
+        nvls_heads=nvls.n_channels if nvls is not None else 0, nvls_chunk_nbytes=chunk,
         nvls_tree_max_chunk_nbytes=tree_max, local_ranks=local,
         # comm->buffSizes (init.cc computeBuffSizes): LL = 8 lines x 512 threads x 8 steps x 16 B,
         # LL128 = 120 elems x 640 threads x 8 steps x 8 B (NCCL_LL128_ELEMS_PER_THREAD), Simple = NCCL_BUFFSIZE.

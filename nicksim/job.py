@@ -133,6 +133,8 @@ def load_job(spec: JobSpec, params: Params) -> Job:
     """Run topology, paths and the cluster build for `spec`; search, connect and the
     communicator follow lazily from the returned Job."""
     name, filled, system, paths, fab = load_node_paths(spec, params)
+    if fab.plugin_env:  # the network plugin sets these before NCCL reads them, unless the user did
+        params = params.with_defaults(dict(fab.plugin_env), f"{fab.net_plugin} plugin")
     cluster = build_cluster(system, paths, ClusterSpec(
         nodes=spec.nodes, fabric=fab, rail_optimized=spec.rail_optimized, hosts_per_leaf=spec.hosts_per_leaf,
         oversubscription=spec.oversubscription, switch_lat_us=spec.switch_lat_us))

@@ -105,6 +105,7 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_NVLS_ENABLE", 2, "int", "NVLink SHARP: 0 off, 1 on, 2 auto"),
     _k("NCCL_NVLS_NCHANNELS", None, "int", "NVLS channels (default 16 on SM90; 24/32 on SM100 from 2.27)"),
     _k("NCCL_NVLS_CHUNKSIZE", 131072, "int", "NVLS chunk, bytes"),
+    _k("NCCL_NVLSTREE_MAX_CHUNKSIZE", -2, "int", "largest NVLSTree chunk (-2: 64 KiB from 4 nodes, else the NVLS chunk)"),
     _k("NCCL_MIN_P2P_NCHANNELS", 1, "int", "fewest point-to-point channels"),
     _k("NCCL_MAX_P2P_NCHANNELS", 64, "int", "most point-to-point channels"),
     _k("NCCL_NCHANNELS_PER_NET_PEER", None, "int", "point-to-point channels per peer on another node"),
@@ -146,6 +147,21 @@ class Params:
 
     def is_set(self, name: str) -> bool:
         return name in self.values
+
+    def with_defaults(self, texts: Mapping[str, str], source: str) -> "Params":
+        """A copy where each unset knob of `texts` takes that value, as a library's setenv(..., 0)
+        does before NCCL reads it (e.g. a network plugin's NCCL_NVLS_CHUNKSIZE)."""
+        merged = dict(self.values)
+        sources = dict(self.sources)
+        for key, text in texts.items():
+            knob = KNOBS.get(key)
+            if knob is None or key in merged or self.raw.get(key, "") != "":
+                continue
+            value, warning = _parse_value(knob, text)
+            if warning is None:
+                merged[key] = value
+                sources[key] = source
+        return Params(MappingProxyType(merged), self.raw, MappingProxyType(sources), self.warnings, self.info)
 
     def with_overrides(self, **values: Any) -> "Params":
         """A copy with knobs set programmatically (tests, what-if); source 'api'."""

@@ -291,3 +291,13 @@ def test_p2p_plans_are_refused_where_not_modelled():
     call = call_for_size("alltoall", 1024, "float", "sum", 0, 16)
     with pytest.raises(Exception, match="2.22 to 2.27"):
         p2p_programs(call, 0, 2, 8, 16, 2, 131072, 30)
+
+
+def test_the_efa_plugin_sets_nvls_chunks_unless_the_user_did():
+    # aws-ofi-nccl 1.9.2 (platform-aws.c): setenv NCCL_NVLS_CHUNKSIZE / NCCL_NVLSTREE_MAX_CHUNKSIZE = 512 KiB
+    # without overwriting; NCCL then reads them like any setting.
+    def comm(env=None, fabric="efa"):
+        return load_job(JobSpec(system="dgx-h100", nodes=2, fabric=fabric), read_params(env or {})).comm
+    assert (comm().nvls_chunk_nbytes, comm().nvls_tree_max_chunk_nbytes) == (524288, 524288)
+    assert comm({"NCCL_NVLS_CHUNKSIZE": "65536"}).nvls_chunk_nbytes == 65536
+    assert (comm(fabric="ib").nvls_chunk_nbytes, comm(fabric="ib").nvls_tree_max_chunk_nbytes) == (131072, 131072)
