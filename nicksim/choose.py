@@ -24,7 +24,7 @@ from .search import Graph
 from .tuning import (FUNCTIONS, NCCL_MAX_NTHREADS, WARP_SIZE, CostTable, ThreadThresholds, TuneInputs, algo_time,
                      thread_thresholds, time_model_modelled, tune_inputs, tune_model)
 
-__all__ = ["CommState", "Choice", "comm_state", "choose", "forced_choice", "nvls_channel_count", "nvls_supported"]
+__all__ = ["CommState", "Choice", "comm_state", "choose", "forced_choice", "nvls_channel_count", "nvls_channels", "nvls_supported"]
 
 # src/include/device.h NCCL_MAX_NVLS_ARITY (2.19-2.30) and NCCL_MAX_DIRECT_ARITY (7).
 NCCL_MAX_NVLS_ARITY = 32
@@ -98,6 +98,16 @@ def nvls_channel_count(version_minor: int, compcap: int, min_compcap: int, n_nod
     return _NVLS_CH_SM90
 
 
+def nvls_channels(system, graphs: dict[str, Graph], n_nodes: int, params: Params) -> int:
+    """comm->nvlsChannels: 0 without an NVLS graph, else the release's count (nvls_channel_count)
+    within NCCL_MIN_CTAS / NCCL_MAX_CTAS."""
+    if "nvls" not in graphs:
+        return 0
+    sms = [system.nodes[g].gpu.sm for g in system.gpus()]
+    wanted = nvls_channel_count(system.rules.version.minor, max(sms), min(sms), n_nodes, params)
+    return max(params.get("NCCL_MIN_CTAS") or 1, min(params.get("NCCL_MAX_CTAS") or 64, wanted))
+
+
 def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, params: Params) -> CommState:
     """The communicator of a job of `n_nodes` copies of the node `paths` describes, with
     `n_channels` runtime channels (connect's result)."""
@@ -110,13 +120,7 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
     table = tune_model(tables, inputs, params)
     local = len(paths.node_system.gpus())
     nvls = graphs.get("nvls")
-    compcap = inputs.min_compcap
-    nvls_channels = 0
-    if nvls is not None:
-        wanted = nvls_channel_count(version.minor, inputs.max_compcap, compcap, n_nodes, params)
-        min_ctas = params.get("NCCL_MIN_CTAS") or 1
-        max_ctas = params.get("NCCL_MAX_CTAS") or 64
-        nvls_channels = max(min_ctas, min(max_ctas, wanted))
+    nvls_ch = nvls_channels(paths.system, graphs, n_nodes, params)
     # NCCL_NVLSTREE_MAX_CHUNKSIZE default (-2): 64 KiB from 4 nodes, else the NVLS chunk (enqueue.cc 2.22,
     # nvls.cc 2.30; the SM100 multi-node retuning of 2.30 is not modelled).
     chunk = params.get("NCCL_NVLS_CHUNKSIZE") or _NVLS_CHUNK_NBYTES
@@ -125,7 +129,7 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
     buff_simple = params.get("NCCL_BUFFSIZE") or (4 << 20)
     return CommState(
         table=table, inputs=inputs, thresholds=thread_thresholds(tables, inputs.n_ranks, params),
-        n_channels=n_channels, nvls_support=nvls is not None, nvls_channels=nvls_channels,
+        n_channels=n_channels, nvls_support=nvls is not None, nvls_channels=nvls_ch,
         nvls_heads=nvls.n_channels if nvls is not None else 0, nvls_chunk_nbytes=chunk,
         nvls_tree_max_chunk_nbytes=tree_max, local_ranks=local,
         # comm->buffSizes (init.cc computeBuffSizes): LL = 8 lines x 512 threads x 8 steps x 16 B,

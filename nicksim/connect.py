@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .choose import nvls_channel_count
+from .choose import nvls_channels
 from .errors import UsageError
 from .params import Params
 from .paths import Paths, local_net, local_nets
@@ -133,7 +133,7 @@ def connect(paths: Paths, graphs: dict[str, Graph], params: Params, nodes: int, 
     max_ch = min(_max_channels(params), len(prev), params.get("NCCL_MAX_CTAS") or MAXCHANNELS)
     del prev[max_ch:], nxt[max_ch:], up[max_ch:], down[max_ch:]
     copy_to(max(_min_channels(params), params.get("NCCL_MIN_CTAS") or 0))
-    nvls_ch = _nvls_channels(view, graphs, nodes, params)
+    nvls_ch = nvls_channels(view, graphs, nodes, params)
     if 20 <= minor <= 27 and nvls_ch:
         copy_to(nvls_ch)  # 2.20-2.27 give collectives as many channels as NVLS has
 
@@ -147,15 +147,6 @@ def connect(paths: Paths, graphs: dict[str, Graph], params: Params, nodes: int, 
         rings.append(tuple(order))
     return Channels(rank, nranks, nodes, len(prev), tuple(rings), tuple(p[rank] for p in prev),
                     tuple(n[rank] for n in nxt), tuple(up), tuple(tuple(d) for d in down), nvls_ch)
-
-
-def _nvls_channels(view, graphs: dict[str, Graph], nodes: int, params: Params) -> int:
-    """comm->nvlsChannels: 0 without an NVLS graph, else the release's count within NCCL_MIN/MAX_CTAS."""
-    if "nvls" not in graphs:
-        return 0
-    sms = [view.nodes[g].gpu.sm for g in view.gpus()]
-    wanted = nvls_channel_count(view.rules.version.minor, max(sms), min(sms), nodes, params)
-    return max(params.get("NCCL_MIN_CTAS") or 1, min(params.get("NCCL_MAX_CTAS") or MAXCHANNELS, wanted))
 
 
 def _swaps_rings(ring: Graph, minor: int, nodes: int) -> bool:
