@@ -165,6 +165,15 @@ def _add_perf_parser(sub) -> None:
     g.add_argument("-o", "--op", default="sum", help="reduction (default sum)")
     g.add_argument("-r", "--root", type=_int_at_least("-r", 0), default=0, help="root rank (default 0)")
     g.add_argument("-z", "--blocking", type=_int_at_least("-z", 0), default=0, help="blocking collectives")
+    # nccl-tests' process-layout and reporting flags: accepted so a pasted command line runs; the ranks
+    # come from the system options, and the model has no iterations to average or graphs to capture.
+    for flag, name, what in (("-t", "--nthreads", "threads per process"), ("-g", "--ngpus", "GPUs per thread"),
+                             ("-a", "--average", "how ranks' times are combined"),
+                             ("-m", "--agg_iters", "operations aggregated per iteration"),
+                             ("-N", "--run_cycles", "run cycles"), ("-G", "--cudagraph", "CUDA graph launches"),
+                             ("-C", "--report_cputime", "report CPU time"), ("-R", "--local_register", "registration"),
+                             ("-T", "--timeout", "timeout, s")):
+        g.add_argument(flag, name, type=_int_at_least(flag, 0), default=None, help=f"{what} (accepted; no effect)")
     perf.add_argument("--engine", default="model", help="engine: model (NCCL's time model)")
     perf.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
     perf.add_argument("--plan", action="store_true",
@@ -255,6 +264,10 @@ def _run_perf(args, params: Params) -> int:
     dtype, redop = dtype_name(args.datatype), redop_name(args.op)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes)
     job = _load(args, params)
+    if args.nthreads or args.ngpus:
+        per_process = (args.nthreads or 1) * (args.ngpus or 1)
+        _warn([f"-t/-g describe nccl-tests' processes ({per_process} GPU(s) each); the job has {job.nranks} ranks "
+               "from the system options (--nodes, --gpus-per-node)"])
     measured = _measured_table(args.compare, collective, job.nranks) if args.compare else None
     pairs = perf_rows(job, collective, sizes, dtype, redop, args.root, args.engine)
     rows = [row for row, _ in pairs]

@@ -125,3 +125,13 @@ def test_print_tuning_flag_prints_the_cost_table():
     assert len(read_results(out.stdout)[0].rows) == 1
     search = run_cli("search", "dgx-h100", "--print-tuning")
     assert search.returncode == 0 and search.stdout.count("    AllReduce |") == 3
+
+
+def test_a_pasted_nccl_tests_command_line_runs():
+    # C02's harness: all_reduce_perf -b 8 -e 8G -f 2 -g 8 -n 40; C11's: -b 8 -e 2G -f 2 -t 1 -g 1 -c 1 -n 100
+    out = run_cli("perf", "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8", "-n", "40")
+    assert out.returncode == 0, out.stderr
+    assert "-t/-g describe nccl-tests' processes (8 GPU(s) each); the job has 8 ranks" in out.stderr
+    out = run_cli("perf", "all_reduce", "-b", "8", "-e", "2G", "-f", "2", "-t", "1", "-g", "1", "-c", "1", "-n", "100",
+                  "--nodes", "2")
+    assert out.returncode == 0 and len(read_results(out.stdout)[0].rows) == 29
