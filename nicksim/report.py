@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .calls import COLLECTIVES, DTYPES, collective_name, known_collective
+from .calls import COLLECTIVES, DTYPES, call_for_size, collective_name, dtype_name, known_collective
 from .errors import UsageError
 
 __all__ = [
@@ -142,14 +142,11 @@ def size_and_count(collective: str, requested_nbytes: int, dtype: str, nranks: i
     """
     name = collective_name(collective)
     n = _ranks(nranks)
-    elem = _dtype_nbytes(dtype)
+    _dtype_nbytes(dtype)  # an unknown type is a UsageError naming the valid ones
     if isinstance(requested_nbytes, bool) or not isinstance(requested_nbytes, int) or requested_nbytes < 0:
         raise UsageError(f"size {requested_nbytes!r}", "nbytes", "a whole number of bytes >= 0")
-    count = requested_nbytes // elem
-    if name in _PER_RANK:
-        per_rank = (count // n) & ~(max(16 // elem, 1) - 1)
-        return per_rank * n * elem, per_rank
-    return count * elem, count
+    call = call_for_size(name, requested_nbytes, dtype_name(dtype), "sum", 0, n)
+    return call.nbytes, call.count
 
 
 def measurement(collective: str, nranks: int, nbytes: int, time_us: float,
