@@ -11,9 +11,9 @@ sameChannels, per channel the GPU ranks and NICs), printed by `format_graph` as
 ncclTopoPrintGraph does.
 
 Bandwidths are float32 as in NCCL, so that the search takes the same branches.
-Checked line for line against NCCL 2.30.7, 2.22.3 and 2.19.4 on the catalog systems; the
-release lines in between take the 2.30 rules with the changes whose versions are known (SM100
-ladders and path-type bounds from 2.25, split-NVLink rings from 2.26) and are not yet checked.
+Checked line for line against NCCL 2.18.6, 2.19.4 and 2.22.3 to 2.30.7 (every release line but
+2.20 and 2.21, which take the rules of their neighbours) on the catalog systems
+(tests/golden/nccl-search).
 """
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ __all__ = [
 BALANCED_TREE, SPLIT_TREE, TREE, RING, NVLS, COLLNET_DIRECT = 1, 2, 3, 4, 5, 6
 MAXCHANNELS = 64          # device.h
 NVLS_ARITY = 32           # device.h NCCL_MAX_NVLS_ARITY
+TOPO_MAX_NODES = 256      # graph.h NCCL_TOPO_MAX_NODES (graph->intra holds MAXCHANNELS of them)
 GLOBAL_TIMEOUT = 1 << 19  # search.cc NCCL_SEARCH_GLOBAL_TIMEOUT
+GLOBAL_TIMEOUT_218 = 5 << 16  # its value in search.cc 2.18.6
 TIMEOUT = 1 << 14         # NCCL_SEARCH_TIMEOUT (and _TREE)
 TIMEOUT_SAMECHANNELS = 1 << 8
 FORCED_ORDER_PCI, FORCED_ORDER_REPLAY = 1, 2
@@ -210,8 +212,11 @@ class _Search:
                 intel = True
             old_gpu = (rem.kind == self.s.device_kind and rem.gpu is not None and rem.gpu.sm < 80
                        and nodes[src].kind != "GPU")
-            power = rem.kind == "CPU" and rem.cpu.arch == CPU_ARCH["ppc64"] and link.kind == "NVL"
-            rev = self._rev(node, link.dst, link.kind) if (old_gpu or power) else None
+            # search.cc 2.18.6 followPath charges the way back on any CPU reached over NVLink and
+            # findRevLink takes the first link back whatever its type (2.19 adds both checks).
+            power = rem.kind == "CPU" and link.kind == "NVL" and (
+                self.minor <= 18 or rem.cpu.arch == CPU_ARCH["ppc64"])
+            rev = self._rev(node, link.dst, link.kind if self.minor >= 19 else None) if (old_gpu or power) else None
             steps.append((node, pos, link.kind == "PCI", old_gpu, power, rev))
         found = self._hops[key] = (tuple(steps), intel)
         return found
@@ -241,9 +246,9 @@ class _Search:
                 live[rev[0]][rev[1]] = _sub_round(live[rev[0]][rev[1]], rev_bw)
         return max_steps
 
-    def _rev(self, a: int, b: int, kind: str) -> tuple[int, int]:
+    def _rev(self, a: int, b: int, kind: str | None) -> tuple[int, int]:
         for pos, link in enumerate(self.s.nodes[b].links):
-            if link.dst == a and link.kind == kind:
+            if link.dst == a and (kind is None or link.kind == kind):
                 return b, pos
         raise RuntimeError("no reverse link")  # build_system refuses such systems
 
@@ -307,7 +312,7 @@ class _Search:
         if sort_net == -1 and len({(s[3], s[4]) for s in scores}) <= 1:
             order.reverse()
         count = len(order)
-        if self.nvs:
+        if self.nvs and self.minor >= 19:  # search.cc 2.19.4 adds "NVSwitches prefer ... neighbors first"
             prev_gpu, next_gpu = (k - 1 + self.ngpus) % self.ngpus, (k + 1) % self.ngpus
             if g.pattern == RING:
                 first = [next_gpu, prev_gpu]
@@ -447,6 +452,8 @@ class _Search:
             return False
         if g.pattern == NVLS:
             better = g.n_channels > best.n_channels and g.n_channels <= self.ngpus
+            if self.minor <= 18:  # search.cc 2.18.6 ncclTopoCompareGraphs: channel count only
+                return better
             return better or _f(g.n_channels * g.bw_inter) > _f(best.n_channels * best.bw_inter)
         mine, theirs = _f(g.n_channels * g.bw_intra), _f(best.n_channels * best.bw_intra)
         if self.minor <= 19:
@@ -583,6 +590,34 @@ class _Search:
                         if self.rank_of[k] not in heads:
                             self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
                             found = True
+            elif self.minor <= 26:
+                # search.cc 2.23.4-2.26.6 ncclTopoSearchRecNet: replay the last channel whenever there is
+                # one, then (first channel or different channels) the PCI order and the GPUs closest to
+                # the NIC, rotated by channel; 2.27.7 replaces these with net.localGpu and ncclTopoGetLocal.
+                if g.n_channels > 0:
+                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
+                                 self._replay_gpu(g, -1))
+                if g.n_channels == 0 or g.same_channels == 0:
+                    if g.n_channels == 0 and not self.nvs:
+                        t = [1 << 10]
+                        self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+                        if t[0] == -1:
+                            time[0] = -1
+                    # The closest GPUs (a path of no hops does not set the minimum from 2.23 on).
+                    max_bw, min_hops = _f(0), 0xFFFFFFF
+                    for gpu in self.gpus:
+                        p = self.path(n, gpu)
+                        pbw = _f(p.bw_gbps)
+                        if pbw > max_bw:
+                            max_bw, min_hops = pbw, len(p.links)
+                        elif pbw == max_bw and 0 < len(p.links) < min_hops:
+                            min_hops = len(p.links)
+                    if max_bw >= bw:
+                        for j in range(self.ngpus):
+                            k = (g.n_channels + j) % self.ngpus
+                            p = self.path(n, self.gpus[k])
+                            if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
+                                self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
             elif g.n_channels > 0 and g.same_channels == 1:
                 self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
                              self._replay_gpu(g, -1))
@@ -628,6 +663,9 @@ class _Search:
         return twins
 
     def _rec_net_legacy(self, g, best, back_net, back_first, time):
+        if self.minor <= 18:
+            self._rec_net_218(g, best, back_net, back_first, time)
+            return
         bw = int(g.bw_inter)
         nets = self.select_nets(g.type_inter, -1)
         found = False
@@ -660,7 +698,8 @@ class _Search:
                         self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
                         if t[0] == -1:
                             time[0] = -1
-                    # Then the closest GPUs: highest bandwidth, then fewest hops, from this NIC.
+                    # Then the closest GPUs: highest bandwidth, then fewest hops, from this NIC (inline:
+                    # one more frame per channel makes the deep recursion measurably slower).
                     max_bw, min_hops = _f(0), 0xFFFFFFF
                     for gpu in self.gpus:
                         p = self.path(n, gpu)
@@ -675,6 +714,50 @@ class _Search:
                             p = self.path(n, self.gpus[k])
                             if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
                                 self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+            for m in twins:
+                self.net_bw[m] = _f(self.net_bw[m] + bw)
+
+    def _rec_net_218(self, g, best, back_net, back_first, time):
+        """search.cc 2.18.6 ncclTopoSearchRecNet: NICs in ncclTopoSelectNets order (no rotation by
+        channel); NVLS tries, under every NIC, the GPU local to nets[nChannels] without a path from
+        the NIC; the first channel tries the PCI order even behind an NVSwitch; the closest GPUs are
+        tried in index order, first those whose PCI link still has bandwidth (tryGpuBidir)."""
+        bw = int(g.bw_inter)
+        nets = self.select_nets(g.type_inter, -1)
+        for n in nets:
+            twins = self._take_net(g, n, bw)
+            if twins is None:
+                continue
+            if g.pattern == NVLS:
+                if g.n_channels < len(nets):
+                    local = self.local_gpu[nets[g.n_channels]]
+                    if local is not None:
+                        self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, self.gpu_pos[local])
+            else:
+                if g.n_channels > 0:
+                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
+                                 self._replay_gpu(g, -1))
+                if g.n_channels == 0 or g.same_channels == 0:
+                    if g.n_channels == 0:
+                        t = [1 << 10]
+                        self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+                        if t[0] == -1:
+                            time[0] = -1
+                    max_bw, min_hops = _f(0), 0xFFFFFFF
+                    for gpu in self.gpus:
+                        p = self.path(n, gpu)
+                        pbw = _f(p.bw_gbps)
+                        if pbw > max_bw:
+                            max_bw, min_hops = pbw, len(p.links)
+                        elif pbw == max_bw and len(p.links) < min_hops:
+                            min_hops = len(p.links)
+                    if max_bw >= bw:
+                        for bidir in (0, 1):
+                            for k in range(self.ngpus):
+                                p = self.path(n, self.gpus[k])
+                                if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
+                                    if bidir == (0 if self._gpu_pci_bw(self.gpus[k]) > 0 else 1):
+                                        self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
             for m in twins:
                 self.net_bw[m] = _f(self.net_bw[m] + bw)
 
@@ -732,12 +815,35 @@ def _split_nvlink(search: _Search) -> bool:
     return sum(1 for c in counts if c > 1) == 2
 
 
+# Older ladders, by the last release line that has them (search.cc at each tag); SPEEDS holds 2.30's.
+_OLD_SPEEDS = {
+    # 2.18.6: sm90SpeedArrayIntra/Inter before 50.0 (intra) and 22.0 (inter) were added in 2.19.
+    (90, "intra", 18): (60.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0),
+    (90, "inter", 18): (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    # 2.19.4-2.20.5: sm90SpeedArrayIntra without 11.0 (added in 2.21).
+    (90, "intra", 20): (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0),
+    # 2.25.1/2.26.6: sm100SpeedArrayIntra without 18.0 and 45.0; sm100SpeedArrayInter = the SM90 one.
+    (100, "intra", 26): (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0),
+    (100, "inter", 26): SPEEDS["inter"][90],
+    # 2.27.7/2.28.9: intra gains 18.0, inter starts {96, 48, 45.1, ...}.
+    (100, "intra", 28): (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+    (100, "inter", 28): (96.0,) + SPEEDS["inter"][100][3:],
+    # 2.29.7: intra gains 45.0 (= 2.30's), inter {96, 80, 48, 45.1, ...} (2.30 adds 86.0).
+    (100, "inter", 29): (96.0, 80.0) + SPEEDS["inter"][100][3:],
+}
+
+
 def _ladder(search: _Search, cc_min: int) -> tuple[float, ...]:
-    """The speed ladder: SM100 ladders exist from 2.25 (before, Blackwell took the SM90 one)."""
-    table = SPEEDS["inter" if search.inter else "intra"]
-    if cc_min >= 100 and search.minor >= 25:
-        return table[100]
-    return table[90] if cc_min >= 90 else table[0]
+    """The speed ladder of the release line: SM100 ladders exist from 2.25 (before, Blackwell took
+    the SM90 one); the ladders grew over the releases (_OLD_SPEEDS)."""
+    kind = "inter" if search.inter else "intra"
+    table = SPEEDS[kind]
+    sm = 100 if cc_min >= 100 and search.minor >= 25 else 90 if cc_min >= 90 else 0
+    if sm:
+        for last in sorted(k[2] for k in _OLD_SPEEDS if k[:2] == (sm, kind)):
+            if search.minor <= last:
+                return _OLD_SPEEDS[(sm, kind, last)]
+    return table[sm]
 
 
 def _deep(fn, *args):
@@ -785,6 +891,12 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
     cross_param = params.get("NCCL_CROSS_NIC")
     cross = cross_param if (len(search.nets) > 1 and pattern in (RING, BALANCED_TREE, SPLIT_TREE)) else 0
     g.cross_nic = 1 if cross == 1 else 0
+    v218 = search.minor <= 18
+    if v218:
+        # search.cc 2.18.6 ncclTopoCompute: graph->crossNic = NCCL_CROSS_NIC (2 -> 0) whatever the
+        # pattern; "crossNic" (relax to 1) is any non-zero value for rings and trees on several NICs.
+        g.cross_nic = 1 if cross_param == 1 else 0
+        cross = 1 if cross else 0
     min_intra, min_inter = code("LOC"), code("PIX")
     max_intra = max_inter = code("SYS")
     if search.minor < 25:
@@ -802,23 +914,34 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
     try_same = 0 if pattern == NVLS else 1
     g.same_channels = try_same
     notes: list[str] = []
-    if 23 <= search.minor <= 29:
+    if search.minor in (20, 21):  # every other line is checked against NCCL (tests/golden/nccl-search)
         notes.append(f"the graph search of NCCL {search.rules.version.line} is modelled from the changes known "
-                     "between 2.22 and 2.30 and has not been checked against NCCL itself")
+                     "between 2.19 and 2.22 and has not been checked against NCCL itself")
     if pattern == NVLS and (not search.nvs or cc_min < 90):
         return _freeze(g, search, notes)
-    if pattern == NVLS:
+    if pattern == NVLS and not v218:  # 2.18.6 keeps init.cc's MAXCHANNELS ("ngpus heads at most": 2.19)
         g.max_channels = min(NVLS_ARITY, ngpus) if search.minor >= 25 else ngpus
     if pattern == COLLNET_DIRECT:
         g.max_channels = min(7 + 1, ngpus) if search.minor >= 25 else ngpus
     if ngpus == 1 and pattern != RING:
         g.pattern = pattern = TREE
     if not search.inter and pattern == NVLS:
+        if v218:  # search.cc 2.18.6: "minChannels = maxChannels = system->nodes[GPU].count"
+            g.max_channels = ngpus
         g.min_channels = g.max_channels
     if g.max_channels > MAXCHANNELS:
-        notes.append(f"NCCL {search.rules.version.line} asks for up to {g.max_channels} channels here, more than "
-                     f"its {MAXCHANNELS}-channel arrays hold (it overruns them); nicksim searches {MAXCHANNELS}")
-        g.max_channels = MAXCHANNELS
+        if not search.inter and g.max_channels * ngpus <= MAXCHANNELS * TOPO_MAX_NODES:
+            # One node: the search only writes graph->intra[MAXCHANNELS*NCCL_TOPO_MAX_NODES] (graph.h), which
+            # holds them, so NCCL's graph is exact (NVLS on NVL72: 72 heads, before 2.25's arity cap).
+            notes.append(f"NCCL {search.rules.version.line} asks for up to {g.max_channels} channels here, more "
+                         f"than its {MAXCHANNELS}-channel arrays hold after the search (it overruns them)")
+            g.intra = g.intra + [0] * ((g.max_channels - MAXCHANNELS) * ngpus)
+            g.inter = g.inter + [0] * ((g.max_channels - MAXCHANNELS) * 2)  # one node: never read
+        else:
+            notes.append(f"NCCL {search.rules.version.line} asks for up to {g.max_channels} channels here, more "
+                         f"than its {MAXCHANNELS}-channel arrays hold (it overruns them); nicksim searches "
+                         f"{MAXCHANNELS}")
+            g.max_channels = MAXCHANNELS
     if pattern == RING and search.minor >= 26 and _split_nvlink(search) and g.max_channels >= 2 \
             and g.min_channels == 1:
         g.min_channels = 2
@@ -827,13 +950,18 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
     tmp = g.copy()
     speeds = _ladder(search, cc_min)
     max_bw, total_bw = _f(paths.max_bw), _f(paths.total_bw)
-    if ndevs > 1 and pattern != RING:
+    if v218:
+        # search.cc 2.18.6: "if (ngpus == 1 || pattern != RING) totalBw *= ngpus*1.0/(ngpus-1)"
+        if ngpus == 1 or pattern != RING:
+            total_bw = _f(float(total_bw) * (ngpus / (ngpus - 1))) if ngpus > 1 else _f(math.inf)
+    elif ndevs > 1 and pattern != RING:
         total_bw = _f(float(total_bw) * (ndevs * 1.0 / (ndevs - 1)))
     idx = 0
     while (_f(speeds[idx]) > max_bw or _f(speeds[idx]) * tmp.min_channels > total_bw) and idx < len(speeds) - 1:
         idx += 1
     tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
-    global_timeout = GLOBAL_TIMEOUT
+    full_timeout = GLOBAL_TIMEOUT_218 if v218 else GLOBAL_TIMEOUT
+    global_timeout = full_timeout
     pass_ = 1
     while True:
         time = [TIMEOUT_SAMECHANNELS if tmp.same_channels else TIMEOUT]
@@ -843,14 +971,15 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
         done = time[0] == -1 or _f(best.n_channels * best.bw_inter) >= _f(paths.total_bw)
         if not done and pass_ == 1:
             # Try different channels, except through AMD CPUs at SYS
-            if tmp.same_channels == 1 and not (search.amd and tmp.type_intra == code("SYS")):
+            # (the AMD exception is 2.19's)
+            if tmp.same_channels == 1 and not (search.amd and tmp.type_intra == code("SYS") and not v218):
                 tmp.same_channels = 0
                 continue
             tmp.same_channels = try_same
             if time[0] != -1:
                 global_timeout += time[0]
             else:
-                global_timeout = GLOBAL_TIMEOUT
+                global_timeout = full_timeout
             if not (global_timeout < 0 and best.n_channels):
                 if cc_min >= 90 and tmp.pattern == BALANCED_TREE:
                     tmp.pattern = TREE
@@ -868,13 +997,19 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
                     if tmp.type_inter < code("DIS") or search.minor < 27:
                         continue
                 tmp.type_inter = min_inter
-                if search.legacy and cross == 2 and tmp.cross_nic == 0:
+                if v218:
+                    if cross and tmp.cross_nic == 0:
+                        tmp.cross_nic = 1
+                        continue
+                    tmp.cross_nic = 0
+                elif search.legacy and cross == 2 and tmp.cross_nic == 0:
                     tmp.cross_nic = 1  # until 2.22 "try another NIC" was crossNic 1
                     continue
-                if not search.legacy and cross == 2 and tmp.cross_nic == 0 and best.pattern in (RING, BALANCED_TREE):
+                elif not search.legacy and cross == 2 and tmp.cross_nic == 0 and best.pattern in (RING, BALANCED_TREE):
                     tmp.cross_nic = 2
                     continue
-                tmp.cross_nic = 1 if cross == 1 else 0
+                else:
+                    tmp.cross_nic = 1 if cross == 1 else 0
                 if idx < len(speeds) - 1 and (best.n_channels == 0 or
                                               _f(speeds[idx + 1]) / best.bw_inter > _f(0.49)):
                     idx += 1
@@ -886,7 +1021,8 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
                 tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
         if pass_ == 1:
             time[0] = -1
-            _dup_channels(best, cc_min, ngpus)
+            if not v218:  # 2.18.6 duplicates the channels at the very end, after pass 2
+                _dup_channels(best, cc_min, ngpus)
             tmp = best.copy()
             idx = 0
             while _f(speeds[idx]) > best.bw_inter and idx < len(speeds) - 1:
@@ -895,6 +1031,14 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
             tmp.min_channels = best.n_channels
             pass_ = 2
         if pass_ == 2:
+            if v218:
+                # search.cc 2.18.6 pass 2 only raises bwIntra of trees (and NVLS): no ring or NVLS bwInter step
+                if time[0] != 0 and idx > 0 and best.pattern != RING and tmp.bw_intra == best.bw_intra \
+                        and tmp.bw_intra < tmp.bw_inter * 2:
+                    idx -= 1
+                    tmp.bw_intra = _f(speeds[idx])
+                    continue
+                break
             if time[0] != 0 and idx > 0:
                 if best.pattern == RING:
                     idx -= 1
@@ -911,6 +1055,19 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
                     continue
             break
     fallback = False
+    if v218 and best.n_channels == 0 and best.collnet == 0 and best.pattern != NVLS:
+        # search.cc 2.18.6: the simple order with inter {0, 0}, bw 0.1/0.1, type SYS/SYS
+        fallback = True
+        notes.append(f"NCCL INFO Could not find a path for pattern {pattern}, falling back to simple order")
+        for i, rank in enumerate(search.rank_of):
+            best.intra[i] = rank
+        best.inter[0] = best.inter[1] = 0
+        best.bw_intra = best.bw_inter = _f(0.1)
+        best.type_intra = best.type_inter = code("SYS")
+        best.n_channels = 1
+    if v218:
+        _dup_channels(best, cc_min, ngpus)  # 2.18.6: at the end of ncclTopoCompute
+        return _freeze(best, search, notes, fallback)
     if best.n_channels == 0 and best.collnet == 0 and best.pattern != NVLS:
         fallback = True
         notes.append(f"NCCL INFO Could not find a path for pattern {pattern}, falling back to simple order")

@@ -1,4 +1,4 @@
-"""Graph search against NCCL 2.30.7's own output (tests/golden/nccl-search), plus search properties."""
+"""Graph search against NCCL's own output, 2.18.6 to 2.30.7 (tests/golden/nccl-search), plus search properties."""
 import gzip
 from pathlib import Path
 
@@ -10,6 +10,7 @@ from nicksim.search import RING, format_graph, search_graph, search_graphs
 
 GOLDEN = Path(__file__).parent / "golden" / "nccl-search"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if p.name.endswith((".txt", ".txt.gz")))
+NCCL_LINE_LIMIT = 1023  # debug.cc formats into char buffer[1024]
 
 
 def _read(name):
@@ -28,12 +29,31 @@ def _case(name):
     return version, system, 1 if shape == "1node" else 2, env
 
 
+# Goldens nicksim does not reproduce yet: file name -> the difference and where NCCL's rule lives.
+# Each is a strict xfail, so a fix that makes one pass must also remove it from here.
+KNOWN_DIFFERENCES: dict[str, str] = {}
+
+RELEASES = {"2.18.6", "2.19.4", "2.22.3", "2.23.4", "2.24.3", "2.25.1", "2.26.6", "2.27.7", "2.28.9", "2.29.7",
+            "2.30.7"}
+
+
+def _param(name):
+    reason = KNOWN_DIFFERENCES.get(name)
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason)) if reason else name
+
+
 def test_goldens_cover_the_catalog():
     systems = {_case(n)[1] for n in CASES}
     assert len(systems) == 8 and len(CASES) >= 16
+    assert {_case(n)[0] for n in CASES} == RELEASES
+    for release in RELEASES:  # one and two nodes of every catalog system (NCCL 2.18/2.19 crash on gb200-nvl72,
+        for system in systems - {"gb200-nvl72"}:  # 2.22-2.24 on two of its nodes)
+            for shape in ("1node", "2nodes"):
+                assert f"{release}.{system}.{shape}.txt" in CASES
+    assert set(KNOWN_DIFFERENCES) <= set(CASES)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [_param(n) for n in CASES])
 def test_search_matches_nccl(name):
     version, system, nodes, env = _case(name)
     _, paths = build(system, version[:4], env=env, nodes=nodes)
@@ -41,7 +61,9 @@ def test_search_matches_nccl(name):
     theirs = _read(name)
     assert len(ours) == len(theirs)
     for mine, nccl in zip(ours, theirs, strict=True):
-        if len(nccl) >= 1000:  # cut by NCCL's 1024-byte log buffer
+        # NCCL's 1024-byte log buffer holds its "host:pid:tid [rank] NCCL INFO " prefix too, so a long
+        # channel line (gb200-nvl72) is cut some 25-40 characters short of 1023: compare what it kept.
+        if len(nccl) >= NCCL_LINE_LIMIT - 40 and len(mine) > len(nccl):
             assert mine.startswith(nccl[:-2])
         else:
             assert mine == nccl
@@ -94,6 +116,12 @@ def test_search_command_prints_and_dumps(tmp_path):
 
 
 def test_a_note_about_the_release_is_said_once():
-    result = run_cli("search", "dgx-h100", "--nccl-version", "2.25")
+    result = run_cli("search", "dgx-h100", "--nccl-version", "2.21")
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("has not been checked against NCCL itself") == 1
+
+
+def test_checked_releases_say_nothing_about_checking():
+    result = run_cli("search", "dgx-h100", "--nccl-version", "2.25")
+    assert result.returncode == 0, result.stderr
+    assert "has not been checked" not in result.stderr
