@@ -594,30 +594,7 @@ class _Search:
                 # search.cc 2.23.4-2.26.6 ncclTopoSearchRecNet: replay the last channel whenever there is
                 # one, then (first channel or different channels) the PCI order and the GPUs closest to
                 # the NIC, rotated by channel; 2.27.7 replaces these with net.localGpu and ncclTopoGetLocal.
-                if g.n_channels > 0:
-                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
-                                 self._replay_gpu(g, -1))
-                if g.n_channels == 0 or g.same_channels == 0:
-                    if g.n_channels == 0 and not self.nvs:
-                        t = [1 << 10]
-                        self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
-                        if t[0] == -1:
-                            time[0] = -1
-                    # The closest GPUs (a path of no hops does not set the minimum from 2.23 on).
-                    max_bw, min_hops = _f(0), 0xFFFFFFF
-                    for gpu in self.gpus:
-                        p = self.path(n, gpu)
-                        pbw = _f(p.bw_gbps)
-                        if pbw > max_bw:
-                            max_bw, min_hops = pbw, len(p.links)
-                        elif pbw == max_bw and 0 < len(p.links) < min_hops:
-                            min_hops = len(p.links)
-                    if max_bw >= bw:
-                        for j in range(self.ngpus):
-                            k = (g.n_channels + j) % self.ngpus
-                            p = self.path(n, self.gpus[k])
-                            if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
-                                self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                self._replay_pci_closest(g, best, back_net, back_first, time, n, bw, zero_hops_count=False)
             elif g.n_channels > 0 and g.same_channels == 1:
                 self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
                              self._replay_gpu(g, -1))
@@ -689,33 +666,38 @@ class _Search:
                         self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
                     found = True
             else:
-                if g.n_channels > 0:
-                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
-                                 self._replay_gpu(g, -1))
-                if g.n_channels == 0 or g.same_channels == 0:
-                    if g.n_channels == 0 and not self.nvs:
-                        t = [1 << 10]
-                        self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
-                        if t[0] == -1:
-                            time[0] = -1
-                    # Then the closest GPUs: highest bandwidth, then fewest hops, from this NIC (inline:
-                    # one more frame per channel makes the deep recursion measurably slower).
-                    max_bw, min_hops = _f(0), 0xFFFFFFF
-                    for gpu in self.gpus:
-                        p = self.path(n, gpu)
-                        pbw = _f(p.bw_gbps)
-                        if pbw > max_bw:
-                            max_bw, min_hops = pbw, len(p.links)
-                        elif pbw == max_bw and len(p.links) < min_hops:
-                            min_hops = len(p.links)
-                    if max_bw >= bw:
-                        for j in range(self.ngpus):
-                            k = (g.n_channels + j) % self.ngpus
-                            p = self.path(n, self.gpus[k])
-                            if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
-                                self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                self._replay_pci_closest(g, best, back_net, back_first, time, n, bw, zero_hops_count=True)
             for m in twins:
                 self.net_bw[m] = _f(self.net_bw[m] + bw)
+
+    def _replay_pci_closest(self, g, best, back_net, back_first, time, n: int, bw, zero_hops_count: bool) -> None:
+        """ncclTopoSearchRecNet's GPU choice under NIC n (2.23.4-2.26.6, and 2.30.7's): replay the last
+        channel's GPU, then, for a first channel or when channels may differ, the PCI order (no
+        NVSwitch) and the GPUs closest to the NIC — highest bandwidth, then fewest hops — rotated by
+        channel. From 2.23 to 2.26 a path of no hops does not set the fewest hops."""
+        if g.n_channels > 0:
+            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n, self._replay_gpu(g, -1))
+        if g.n_channels and g.same_channels:
+            return
+        if g.n_channels == 0 and not self.nvs:
+            t = [1 << 10]
+            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+            if t[0] == -1:
+                time[0] = -1
+        max_bw, min_hops = _f(0), 0xFFFFFFF
+        for gpu in self.gpus:
+            p = self.path(n, gpu)
+            pbw = _f(p.bw_gbps)
+            if pbw > max_bw:
+                max_bw, min_hops = pbw, len(p.links)
+            elif pbw == max_bw and (zero_hops_count or len(p.links) > 0) and len(p.links) < min_hops:
+                min_hops = len(p.links)
+        if max_bw >= bw:
+            for j in range(self.ngpus):
+                k = (g.n_channels + j) % self.ngpus
+                p = self.path(n, self.gpus[k])
+                if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
+                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
 
     def _rec_net_218(self, g, best, back_net, back_first, time):
         """search.cc 2.18.6 ncclTopoSearchRecNet: NICs in ncclTopoSelectNets order (no rotation by
