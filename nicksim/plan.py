@@ -16,7 +16,8 @@ all_gather and reduce_scatter.
 
 Modelled: NCCL 2.22+ channel partition (2.19-2.21 stripe chunks over channels instead and
 are refused); ring programs for the five collectives, tree all_reduce, single-node NVLS
-all_reduce and NVLSTree all_reduce. PAT and CollNet plans carry their sizes but no programs yet.
+all_reduce, NVLSTree all_reduce, and PAT all_gather / reduce_scatter (plan_pat.py, 2.26+).
+CollNet plans carry their sizes but no programs yet.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from .calls import Call
 from .choose import Choice, CommState, choose
 from .errors import NickSimError, UsageError
+from .plan_pat import PatSlots, pat_ops
 
 __all__ = ["ChannelPart", "Plan", "Prim", "Stream", "ChannelProgram", "PlanCheckError", "plan_call",
            "rank_programs", "check_programs", "proto_grain_nbytes"]
@@ -68,7 +70,8 @@ class Plan:
     chunk_steps: int
     slice_steps: int
     parts: tuple[ChannelPart, ...]
-    nvls_heads: int = 0
+    nvls_heads: int
+    version_minor: int
 
     @property
     def n_channels(self) -> int:
@@ -222,7 +225,8 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
     ring_simple = choice.protocol == "Simple" and choice.algorithm == "Ring"
     chunk_steps, slice_steps = _chunk_steps(call) if ring_simple else (1, 1)
     return Plan(call, choice.algorithm, choice.protocol, choice.n_threads, choice.max_channels, choice.time_us,
-                comm.buff_nbytes[p] // NCCL_STEPS, chunk_steps, slice_steps, tuple(parts), comm.nvls_heads)
+                comm.buff_nbytes[p] // NCCL_STEPS, chunk_steps, slice_steps, tuple(parts), comm.nvls_heads,
+                comm.table.version.minor)
 
 
 # --- primitive programs --------------------------------------------------------------------------
@@ -231,13 +235,15 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
 class Prim:
     """One device primitive: `op` over `nelem` elements at `offset` of the call's element space,
     receiving from `recv_from` and sending to `send_to` (ranks; -2 is the NVLS multicast switch).
-    nelem may be 0: NCCL still runs the step (it carries no data but keeps the FIFOs in step)."""
+    nelem may be 0: NCCL still runs the step (it carries no data but keeps the FIFOs in step).
+    PAT primitives (patReduce, patCopy) also carry their step-buffer coordinates in `pat`."""
 
     op: str
     offset: int
     nelem: int
     recv_from: tuple[int, ...] = ()
     send_to: tuple[int, ...] = ()
+    pat: PatSlots | None = None
 
 
 @dataclass(frozen=True)
@@ -436,6 +442,12 @@ def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int,
     return tuple(streams)
 
 
+def _pat_streams(plan: Plan, part: ChannelPart, rank: int) -> tuple[Stream, ...]:
+    """PAT's steps (plan_pat.py) as one stream; `Prim.pat.round` groups the steps that run together."""
+    ops = pat_ops(plan.call, part, plan.step_nbytes, rank, plan.version_minor)
+    return (Stream("pat", tuple(Prim(op.op, op.offset, op.nelem, op.recv_from, op.send_to, op.slots) for op in ops)),)
+
+
 def nvls_tree_links(n_nodes: int, per_node: int, heads_local: tuple[int, ...], rank: int, channel: int) \
         -> tuple[int, int, tuple[int, ...]]:
     """(head index, tree parent, tree children) of `rank` on an NVLSTree channel: the double binary
@@ -483,9 +495,12 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             per_node, heads_local = nvls
             head, up, children = nvls_tree_links(call.nranks // per_node, per_node, heads_local, rank, c)
             streams = _nvls_tree_allreduce(plan, part, head, len(heads_local), up, children)
+        elif algorithm == "PAT" and call.collective in ("all_gather", "reduce_scatter"):
+            streams = _pat_streams(plan, part, rank)
         else:
             raise UsageError(f"primitive programs for {algorithm} {call.collective} are not modelled yet",
-                             "plan", "Ring (all collectives), Tree all_reduce, NVLS and NVLSTree all_reduce")
+                             "plan", "Ring (all collectives), Tree all_reduce, NVLS and NVLSTree all_reduce, "
+                             "PAT all_gather and reduce_scatter")
         programs.append(ChannelProgram(c, streams))
     return tuple(programs)
 
@@ -534,6 +549,20 @@ def _has_input(call: Call, rank: int, offset: int, nelem: int) -> bool:
     return True
 
 
+_PAT_MAX_ROUND = 16  # NCCL_PAT_NWORKERS / WARP_SIZE: at most this many steps per round
+
+
+class _PatConn:
+    """One PAT connection: steps posted by the sender (tail) and released by the receiver (head),
+    the pieces each unreleased step holds ({step: {offset: [element, nelem, ranks, reads]}}), and
+    the accSize high-water marks of the sending and the receiving side."""
+
+    def __init__(self):
+        self.tail = self.head = 0
+        self.slots: dict[int, dict[int, list]] = {}
+        self.send_acc = self.recv_acc = 0
+
+
 class _Executor:
     def __init__(self, call: Call, programs: dict[int, tuple[ChannelProgram, ...]], per_node: int):
         self.call = call
@@ -545,6 +574,12 @@ class _Executor:
         self.streams = [(rank, prog.channel, stream.name, list(stream.prims))
                         for rank, progs in programs.items() for prog in progs for stream in prog.streams]
         self.local = per_node
+        self.pat_conns: dict[tuple, _PatConn] = {}
+        self.pat_local_acc: dict[tuple, int] = {}
+        self.pat_rs_out: dict[tuple, list] = {}
+        self.pat_written: set = set()
+        self.pat_pending: list = []
+        self.pat_posted: set = set()
 
     def _fail(self, rank, channel, prim, what):
         raise PlanCheckError(f"rank {rank} channel {channel} {prim.op}@{prim.offset}+{prim.nelem}: {what}")
@@ -626,12 +661,171 @@ class _Executor:
         for dst in prim.send_to:
             self.fifos.setdefault((channel, rank, dst), []).append((prim.offset, prim.nelem, value))
 
+    # PAT: per-connection step buffers, filled at offsets and posted by step (prims_simple.h patReduce/patCopy)
+
+    def _conn(self, channel, src, dst) -> _PatConn:
+        return self.pat_conns.setdefault((channel, src, dst), _PatConn())
+
+    def _pat_ready(self, rank, channel, prim) -> bool:
+        rs, sl = prim.op == "patReduce", prim.pat
+        if prim.recv_from:
+            conn = self._conn(channel, prim.recv_from[0], rank)
+            if conn.tail < conn.head + (0 if rs else sl.step_offset) + 1:
+                return False
+        if prim.send_to:
+            conn = self._conn(channel, rank, prim.send_to[0])
+            if conn.head + NCCL_STEPS < conn.tail + (sl.step_offset if rs else 0) + 1:
+                return False
+        return True
+
+    def _pat_read(self, rank, channel, prim, conn, step) -> frozenset:
+        piece = conn.slots.get(step, {}).get(prim.pat.recv_offset)
+        if piece is None:
+            self._fail(rank, channel, prim, f"step {step} offset {prim.pat.recv_offset} from rank "
+                                            f"{prim.recv_from[0]} holds nothing")
+        if (piece[0], piece[1]) != (prim.offset, prim.nelem):
+            self._fail(rank, channel, prim, f"step {step} holds elements {piece[0]}+{piece[1]}")
+        piece[3] += 1
+        return piece[2]
+
+    def _pat_own(self, rank, channel, prim) -> frozenset:
+        if prim.nelem and not _has_input(self.call, rank, prim.offset, prim.nelem):
+            self._fail(rank, channel, prim, "reads input the rank does not have")
+        return frozenset((rank,))
+
+    def _pat_local_new(self, rank, channel, prim) -> bool:
+        """localAccSize: a write below the high-water mark accumulates into what is there."""
+        end = prim.pat.local_ix + prim.nelem
+        acc = self.pat_local_acc.get((rank, channel), 0)
+        self._later(lambda: self.pat_local_acc.__setitem__(
+            (rank, channel), max(self.pat_local_acc.get((rank, channel), 0), end)))
+        return acc < end
+
+    def _pat_step(self, rank, channel, prim) -> None:
+        sl, rs = prim.pat, prim.op == "patReduce"
+        if sl.send_offset + prim.nelem > sl.step_elems or sl.recv_offset + prim.nelem > sl.step_elems:
+            self._fail(rank, channel, prim, "overflows the connection's step buffer")
+        recv = self._conn(channel, prim.recv_from[0], rank) if prim.recv_from else None
+        send = self._conn(channel, rank, prim.send_to[0]) if prim.send_to else None
+        if rs:
+            value = self._pat_read(rank, channel, prim, recv, recv.head) if recv else frozenset()
+            if send:
+                value = self._pat_accumulate(rank, channel, prim, send, value)
+            else:
+                self._pat_output_rs(rank, channel, prim, value)
+        else:
+            if recv:
+                step = recv.head + sl.step_offset
+                value = self._pat_read(rank, channel, prim, recv, step)
+                end = sl.recv_offset + prim.nelem + step * sl.step_elems
+                fresh = recv.recv_acc < end
+                self._later(lambda: setattr(recv, "recv_acc", max(recv.recv_acc, end)))
+            else:
+                value = self._pat_own(rank, channel, prim)
+                if prim.offset != rank * self.call.count + sl.local_ix:
+                    self._fail(rank, channel, prim, f"own input {sl.local_ix} is not this element")
+                fresh = self._pat_local_new(rank, channel, prim)
+            self._pat_output_ag(rank, channel, prim, value, fresh)
+            if send:
+                slot = send.slots.setdefault(send.tail, {})
+                if sl.send_offset in slot:
+                    self._fail(rank, channel, prim, "overwrites data not yet posted")
+                slot[sl.send_offset] = [prim.offset, prim.nelem, value, 0]
+        if sl.post_send:
+            self._post(rank, channel, prim, send, "tail")
+        if sl.post_recv:
+            self._post(rank, channel, prim, recv, "head")
+
+    def _later(self, update) -> None:
+        self.pat_pending.append(update)
+
+    def _post(self, rank, channel, prim, conn, side) -> None:
+        """Advance the connection's tail (a posted send) or head (a released receive) after the round."""
+        key = (id(conn), side)
+        if key in self.pat_posted:
+            self._fail(rank, channel, prim, f"posts the same {side} twice in one round")
+        self.pat_posted.add(key)
+
+        def apply():
+            if side == "tail":
+                conn.tail += 1
+                return
+            freed = conn.slots.pop(conn.head, {})
+            unread = [off for off, piece in freed.items() if piece[3] == 0]
+            if unread:
+                self._fail(rank, channel, prim, f"releases step {conn.head} with unread data at {unread[0]}")
+            conn.head += 1
+        self._later(apply)
+
+    def _pat_round(self, rank, channel, prims) -> None:
+        """Run one round: every step sees the state the round found; updates land after it."""
+        self.pat_pending, self.pat_posted = [], set()
+        for prim in prims:
+            self._pat_step(rank, channel, prim)
+        for update in self.pat_pending:
+            update()
+
+    def _pat_accumulate(self, rank, channel, prim, conn, value) -> frozenset:
+        """patReduce's send: new data adds the rank's own input, data already in the slot is reduced into."""
+        sl = prim.pat
+        step = conn.tail + sl.step_offset
+        end = sl.send_offset + prim.nelem + step * sl.step_elems
+        slot = conn.slots.setdefault(step, {})
+        if conn.send_acc < end:
+            if sl.send_offset in slot:
+                self._fail(rank, channel, prim, f"overwrites step {step} offset {sl.send_offset}")
+            value = self._add(rank, channel, prim, value, self._pat_own(rank, channel, prim))
+        else:
+            piece = slot.get(sl.send_offset)
+            if piece is None or (piece[0], piece[1]) != (prim.offset, prim.nelem):
+                self._fail(rank, channel, prim, f"accumulates into step {step} offset {sl.send_offset}, "
+                                                "which does not hold this data")
+            if value & piece[2]:
+                self._fail(rank, channel, prim, f"ranks {sorted(value & piece[2])} would be reduced twice")
+            value = value | piece[2]
+        slot[sl.send_offset] = [prim.offset, prim.nelem, value, 0]
+        self._later(lambda: setattr(conn, "send_acc", max(conn.send_acc, end)))
+        return value
+
+    def _pat_output_rs(self, rank, channel, prim, value) -> None:
+        if prim.offset != rank * self.call.count + prim.pat.local_ix:
+            self._fail(rank, channel, prim, f"output {prim.pat.local_ix} is not this element")
+        out = self.pat_rs_out.setdefault(rank, {})
+        if self._pat_local_new(rank, channel, prim):
+            if prim.offset in out:
+                self._fail(rank, channel, prim, "overwrites its output")
+            out[prim.offset] = (prim.nelem, self._add(rank, channel, prim, value, self._pat_own(rank, channel, prim)))
+        else:
+            nelem, had = out.get(prim.offset, (None, frozenset()))
+            if nelem != prim.nelem:
+                self._fail(rank, channel, prim, "accumulates into output it never wrote")
+            if value & had:
+                self._fail(rank, channel, prim, f"ranks {sorted(value & had)} would be reduced twice")
+            out[prim.offset] = (nelem, had | value)
+
+    def _pat_output_ag(self, rank, channel, prim, value, fresh) -> None:
+        key = (rank, prim.offset, prim.nelem)
+        if fresh:
+            if key in self.pat_written:
+                self._fail(rank, channel, prim, "writes its output twice")
+            self.pat_written.add(key)
+            self.outputs[rank].append((prim.offset, prim.nelem, value))
+        elif key not in self.pat_written:
+            self._fail(rank, channel, prim, "skips output that was never written")
+
     def run(self) -> None:
         progress = True
         while progress:
             progress = False
             for rank, channel, _, prims in self.streams:
-                while prims and self._ready(rank, channel, prims[0]):
+                while prims and prims[0].pat is not None:
+                    batch = [p for p in prims[:_PAT_MAX_ROUND] if p.pat.round == prims[0].pat.round]
+                    if not all(self._pat_ready(rank, channel, p) for p in batch):
+                        break
+                    self._pat_round(rank, channel, batch)
+                    del prims[:len(batch)]
+                    progress = True
+                while prims and prims[0].pat is None and self._ready(rank, channel, prims[0]):
                     self._step(rank, channel, prims.pop(0))
                     progress = True
         stuck = [(rank, channel, name, prims[0]) for rank, channel, name, prims in self.streams if prims]
@@ -640,8 +834,11 @@ class _Executor:
             raise PlanCheckError(f"{len(stuck)} streams never finish; first: rank {rank} channel {channel} "
                                  f"{name} waits in {prim.op}@{prim.offset}+{prim.nelem} on {prim.recv_from}")
         left = [key for key, queue in self.fifos.items() if queue]
+        left += [key for key, conn in self.pat_conns.items() if conn.slots or conn.head != conn.tail]
         if left:
             raise PlanCheckError(f"data left unreceived on connection channel/src/dst {left[0]}")
+        for rank, out in self.pat_rs_out.items():
+            self.outputs[rank] += [(offset, nelem, value) for offset, (nelem, value) in out.items()]
 
 
 def _covered(pieces: list[tuple[int, int, frozenset]], expected, rank: int) -> None:

@@ -42,7 +42,8 @@ SIZES = (0, 4, 8, 100, 1000, 12292, 65540, 1 << 20, 3 * (1 << 20) + 20)
 @pytest.fixture(scope="module")
 def jobs():
     return {"h100": job_of(), "h100x2": job_of(nodes=2), "rtx4090": job_of("pcie-8x-rtx4090"),
-            "h100x3gpu": job_of(gpus_per_node=3), "a100x2-2.22": job_of("dgx-a100", nodes=2, version="2.22")}
+            "h100x3gpu": job_of(gpus_per_node=3), "a100x2-2.22": job_of("dgx-a100", nodes=2, version="2.22"),
+            "h100x8x1gpu": job_of(nodes=8, gpus_per_node=1)}
 
 
 @pytest.mark.parametrize("name", ["h100", "h100x2", "rtx4090", "h100x3gpu", "a100x2-2.22"])
@@ -76,15 +77,12 @@ def test_nvls_all_reduce_conserves_bytes(jobs):
 
 
 def test_nccls_own_choice_plans_check(jobs):
-    for name in ("h100", "h100x2", "rtx4090"):
+    for name in ("h100", "h100x2", "rtx4090", "h100x8x1gpu"):
         job = jobs[name]
         for coll in COLLECTIVES:
             for k in range(3, 27, 3):
                 call = call_for_size(coll, 1 << k, "float", "sum", 0, job.nranks)
-                plan = plan_call(job.comm, call)
-                if plan.algorithm == "PAT":
-                    continue  # PAT programs are not modelled yet
-                check(job, call, all_programs(job, plan))
+                check(job, call, all_programs(job, plan_call(job.comm, call)))
 
 
 @pytest.mark.parametrize("nodes", [2, 3, 5])
@@ -301,3 +299,114 @@ def test_the_efa_plugin_sets_nvls_chunks_unless_the_user_did():
     assert (comm().nvls_chunk_nbytes, comm().nvls_tree_max_chunk_nbytes) == (524288, 524288)
     assert comm({"NCCL_NVLS_CHUNKSIZE": "65536"}).nvls_chunk_nbytes == 65536
     assert (comm(fabric="ib").nvls_chunk_nbytes, comm(fabric="ib").nvls_tree_max_chunk_nbytes) == (131072, 131072)
+
+
+# --- PAT (plan_pat.py; collectives.h PatRSAlgorithm/PatAGAlgorithm, prims_simple.h, 2.26-2.30) ----
+
+from nicksim.plan import ChannelPart, Plan  # noqa: E402
+from nicksim.plan_pat import pat_ops, pat_shape  # noqa: E402
+
+
+def test_nccl_chooses_pat_for_one_gpu_per_node_and_its_plans_check(jobs):
+    # 8 nodes of one H100: NCCL 2.30 picks PAT for mid-size all_gather / reduce_scatter (ncclPatEnable:
+    # one GPU per node), and the programs it would run check.
+    job = jobs["h100x8x1gpu"]
+    seen = set()
+    for coll in ("all_gather", "reduce_scatter"):
+        for size in (1 << 16, 1 << 18, 1 << 20, 3 * (1 << 19) + 96):
+            call = call_for_size(coll, size, "float", "sum", 0, job.nranks)
+            plan = plan_call(job.comm, call)
+            seen.add(plan.algorithm)
+            check(job, call, all_programs(job, plan))
+    assert "PAT" in seen
+
+
+@pytest.mark.parametrize("version", ["2.26", "2.28", "2.30"])
+@pytest.mark.parametrize("nodes", [2, 3, 6, 8])
+def test_pat_plans_conserve_bytes(version, nodes):
+    job = job_of(nodes=nodes, gpus_per_node=1, version=version)
+    for coll in ("all_gather", "reduce_scatter"):
+        for size in SIZES + (1 << 26,):
+            call = call_for_size(coll, size, "bfloat16", "sum", 0, job.nranks)
+            plan = forced(job, call, "PAT", "Simple")
+            assert sum(p.count for p in plan.parts) == call.count
+            check(job, call, all_programs(job, plan))
+
+
+def _pat_plan(coll, nranks, count, chunk_nbytes=1 << 19, elem=4):
+    call = call_for_size(coll, count * elem * nranks, "float", "sum", 0, nranks)
+    part = ChannelPart(0, 0, call.count, chunk_nbytes, chunk_nbytes // elem)
+    return Plan(call, "PAT", "Simple", 640, 1, 0.0, (4 << 20) // 8, 1, 1, (part,), 0, 30)
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 5, 7, 8, 12, 17, 31, 32])
+def test_pat_schedules_check_at_every_aggregation(nranks):
+    # Small parts aggregate up to nranks/2 peers per buffer step and run up to 16 worker groups in
+    # lockstep rounds; large ones run one piece per step.
+    for coll in ("all_gather", "reduce_scatter"):
+        for count in (4, 100, 4096, 70000, 300000):
+            plan = _pat_plan(coll, nranks, count)
+            check_programs(plan.call, {r: rank_programs(plan, (), {}, r) for r in range(nranks)})
+
+
+def test_pat_aggregation_follows_the_part_size():
+    # PatRSAlgorithm's constructor: double the aggregation while twice the aggregated bytes still fit
+    # a step (chunk 512 KiB), up to nranks/2; then deepen by the 8 buffer steps. 64 KiB parts: 1, 2,
+    # 4 -> 8 (8 x 64 KiB fills the step), then one more doubling to 16 = nranks/2.
+    small = pat_shape(131072, 4, 100, 32)
+    assert (small.post_freq, small.agg_factor, small.parallel_factor) == (16, 16, 16)
+    big = pat_shape(131072, 4, 300000, 32)
+    assert (big.post_freq, big.parallel_factor) == (1, 1)
+    assert big.agg_factor == 8  # NCCL_STEPS 8 = 2^3 more doublings
+    mid = pat_shape(131072, 4, 16384, 32)
+    assert (mid.post_freq, mid.agg_factor, mid.parallel_factor) == (8, 16, 8)
+
+
+@pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
+def test_pat_moves_the_bandwidth_optimal_volume(coll):
+    # Like a ring, PAT puts (n-1)/n of the data on each rank's wire once: a posted step carries
+    # sendOffset + nelem elements (the connFifo size the proxy sends), n-1 pieces per rank in all.
+    # One exception: reduce_scatter aggregating over a rank count that is not a power of two lays
+    # a step out by virtual peer (sendOffset = (a % postFreq) * nelem over nrPow2 peers), so its
+    # steps keep the holes of the missing peers: nrPow2 - 1 pieces.
+    for nranks in (4, 6, 8, 13):
+        for count in (100, 4096, 300000):
+            plan = _pat_plan(coll, nranks, count)
+            shape = pat_shape(plan.parts[0].chunk_count, 4, count, nranks)
+            pieces = nranks - 1
+            if coll == "reduce_scatter" and shape.post_freq > 1:
+                pieces = shape.nranks_pow2 - 1
+            for rank in range(nranks):
+                sent = sum(op.slots.send_offset + op.nelem
+                           for op in pat_ops(plan.call, plan.parts[0], plan.step_nbytes, rank, 30) if op.slots.post_send)
+                assert sent == pieces * count
+
+
+def _edit_pat(programs, rank, index, **changes):
+    prog = programs[rank][0]
+    prims = list(prog.streams[0].prims)
+    prims[index] = replace(prims[index], pat=replace(prims[index].pat, **changes))
+    out = dict(programs)
+    out[rank] = (ChannelProgram(prog.channel, (Stream("pat", tuple(prims)),)),) + programs[rank][1:]
+    return out
+
+
+@pytest.mark.parametrize("coll", ["all_gather", "reduce_scatter"])
+def test_pat_check_catches_a_wrong_offset_or_a_missing_post(coll):
+    plan = _pat_plan(coll, 8, 100)
+    programs = {r: rank_programs(plan, (), {}, r) for r in range(8)}
+    check_programs(plan.call, programs)
+    first_send = next(i for i, p in enumerate(programs[2][0].streams[0].prims) if p.send_to)
+    prim = programs[2][0].streams[0].prims[first_send]
+    with pytest.raises(PlanCheckError):
+        check_programs(plan.call, _edit_pat(programs, 2, first_send, send_offset=prim.pat.send_offset + prim.nelem))
+    posting = next(i for i, p in enumerate(programs[5][0].streams[0].prims) if p.pat.post_send)
+    with pytest.raises(PlanCheckError):
+        check_programs(plan.call, _edit_pat(programs, 5, posting, post_send=False))
+
+
+def test_pat_programs_are_refused_before_2_26():
+    job = job_of(nodes=4, gpus_per_node=1, version="2.25")
+    call = call_for_size("all_gather", 1 << 20, "float", "sum", 0, job.nranks)
+    with pytest.raises(Exception, match="2.26"):
+        all_programs(job, forced(job, call, "PAT", "Simple"))
