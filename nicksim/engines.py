@@ -83,14 +83,15 @@ def p2p_time_us(job: Job, call: Call) -> float:
 
 
 def _p2p_plan_summary(job: Job, call: Call) -> tuple[str, int]:
-    """Protocol and channel count of rank 0's largest transfer, as NCCL 2.22-2.27 plan it; other
+    """Protocol and channel count of rank 0's largest transfer, as NCCL 2.22-2.30 plan it; older
     releases: LL up to the 16 KiB threshold, and the p2p channels per peer."""
     per_node = len(job.paths.node_system.gpus())
     p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
     minor = job.system.rules.version.minor
-    if 22 <= minor <= 27:
+    if minor >= 22:
         transfers = p2p_transfers(call, 0, job.nodes, per_node, p2p.n_channels, p2p.per_peer,
-                                  p2p_chunk_nbytes(job.paths, job.nodes, job.params))
+                                  p2p_chunk_nbytes(job.paths, job.nodes, job.params), minor,
+                                  job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE"))
         # the self-copy of alltoall never uses LL; the peers' transfers say what the call looks like
         biggest = max((t for t in transfers if t.peer != 0), key=lambda t: len(t.channels), default=None)
         if biggest is not None:

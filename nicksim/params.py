@@ -98,6 +98,7 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_P2P_NET_CHUNKSIZE", 131072, "int", "send/recv chunk over NET, bytes"),
     _k("NCCL_P2P_NVL_CHUNKSIZE", 524288, "int", "send/recv chunk when every GPU pair is on NVLink, bytes"),
     _k("NCCL_P2P_PCI_CHUNKSIZE", 131072, "int", "send/recv chunk over PCI, bytes"),
+    _k("NCCL_P2P_SCHEDULE_GROUP_SIZE", 8, "int", "ranks per group of the send/recv schedule across nodes (2.28+)"),
     _k("NCCL_MIN_NCHANNELS", 0, "int", "minimum channels (deprecated: NCCL_MIN_CTAS)"),
     _k("NCCL_MAX_NCHANNELS", 0, "int", "maximum channels (deprecated: NCCL_MAX_CTAS)"),
     _k("NCCL_MIN_CTAS", 0, "int", "minimum CTAs (channels) per collective"),

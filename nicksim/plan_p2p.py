@@ -1,30 +1,39 @@
-"""Point-to-point plans: how sendrecv and alltoall are cut over channels, as NCCL 2.22-2.27 do it.
+"""Point-to-point plans: how sendrecv and alltoall are cut over channels, as NCCL 2.22-2.30 do it.
 
-NCCL orders a rank's peers into rounds (init.cc p2pSchedule: node deltas, then local deltas, each
-enumerated by the quadratic sequence (x*x+x)/2 over the next power of two), gives each round a
-base channel (channel.h ncclP2pChannelBaseForRound) and spreads each transfer over up to
-p2pnChannelsPerPeer parts at bit-reversed offsets from that base (device.h
-ncclP2pChannelForPart). enqueue.cc addP2pToPlan picks per direction the protocol (LL up to 16 KiB
-per channel allowed), the step and chunk size (NCCL_P2P_*_CHUNKSIZE, quartered or halved for
-small transfers over the network, rounded to NCCL's 8-bit float) and the number of parts; the
-device moves each part in chunks (sendrecv.h). `p2p_programs` returns those per rank and
-channel in plan.py's primitive form, so `check_programs` can run them.
+NCCL orders a rank's peers into rounds (init.cc p2pSchedule), gives each round a base channel
+(channel.h ncclP2pChannelBaseForRound) and spreads each transfer over up to p2pnChannelsPerPeer
+parts on channels counted from that base (device.h ncclP2pChannelForPart). enqueue.cc
+addP2pToPlan picks per direction the protocol, the step and chunk size (NCCL_P2P_*_CHUNKSIZE,
+quartered or halved for small transfers over the network, rounded to NCCL's 8-bit float) and the
+number of parts; the device moves each part in chunks (sendrecv.h). `p2p_programs` returns those
+per rank and channel in plan.py's primitive form, so `check_programs` can run them.
 
-Modelled: 2.22-2.27 (2.28 changed the channel base, 2.29 the protocol and part rules).
+What changed between releases:
+- 2.22-2.27: node deltas, then local deltas, each enumerated by the quadratic sequence
+  (x*x+x)/2 over the next power of two; the round's base channel as is, parts at bit-reversed
+  offsets from it; LL while the bytes fit nChannelsMax x 16 KiB, parts sized by the protocol's step.
+- 2.28: ranks form groups of NCCL_P2P_SCHEDULE_GROUP_SIZE (8, or the node when there is one
+  node; the gcd with the node size when it does not divide it); group deltas follow the quadratic
+  sequence and local deltas run 0, 1, 2, ... inside a group; the base channel is bit-reversed and
+  parts take the channels after it.
+- 2.29-2.30: parts are sized by the Simple step first, and LL is used while the bytes fit the
+  parts x 16 KiB.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
 from .calls import Call
 from .errors import UsageError
 from .plan import ChannelProgram, Prim, Stream
 
-__all__ = ["p2p_schedule", "P2pTransfer", "p2p_transfers", "p2p_programs", "u32fp8_round"]
+__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "u32fp8_round"]
 
 NCCL_STEPS = 8
 P2P_LL_THRESHOLD_NBYTES = 16384  # NCCL_P2P_LL_THRESHOLD
 MAX_DEV_WORK_P2P_PER_BATCH = 8  # device.h NCCL_MAX_DEV_WORK_P2P_PER_BATCH
+MODELLED_MINORS = (22, 30)
 
 
 def _pow2_up(v: int) -> int:
@@ -38,37 +47,79 @@ def _div_up(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def p2p_schedule(rank: int, nodes: int, per_node: int) -> list[tuple[int, int]]:
-    """(send rank, receive rank) per round for `rank` (init.cc, 2.22.3-2.27.7)."""
+def p2p_schedule(rank: int, nodes: int, per_node: int, version_minor: int, group_size: int = 8) \
+        -> list[tuple[int, int]]:
+    """(send rank, receive rank) per round for `rank` (init.cc p2pSchedule of the release);
+    `group_size` is NCCL_P2P_SCHEDULE_GROUP_SIZE (2.28+)."""
+    if version_minor <= 27:
+        return _node_schedule(rank, nodes, per_node)
+    return _group_schedule(rank, nodes, per_node, p2p_group_size(nodes, per_node, group_size))
+
+
+def _quadratic(n: int):
+    """The deltas (x*x+x)/2 mod pow2Up(n) that fall below n: 0, 1, 3, 6, 10, 15, 5, 12, ... for 16."""
+    pow2, step, delta = _pow2_up(n), 0, 0
+    while True:
+        if delta < n:
+            yield delta
+        step += 1
+        delta = (delta + step) & (pow2 - 1)
+        if step == pow2:
+            return
+
+
+def _node_schedule(rank: int, nodes: int, per_node: int) -> list[tuple[int, int]]:
     node, local = divmod(rank, per_node)
     out = []
-    node_round, node_delta = 0, 0
-    nodes_pow2, locals_pow2 = _pow2_up(nodes), _pow2_up(per_node)
-    while True:
-        if node_delta < nodes:
-            send_node, recv_node = (node + node_delta) % nodes, (node - node_delta) % nodes
-            local_round, local_delta = 0, 0
-            while True:
-                if local_delta < per_node:
-                    send_local, recv_local = (local + local_delta) % per_node, (local - local_delta) % per_node
-                    out.append((send_node * per_node + send_local, recv_node * per_node + recv_local))
-                local_round += 1
-                local_delta = (local_delta + local_round) & (locals_pow2 - 1)
-                if local_round == locals_pow2:
-                    break
-        node_round += 1
-        node_delta = (node_delta + node_round) & (nodes_pow2 - 1)
-        if node_round == nodes_pow2:
-            break
+    for node_delta in _quadratic(nodes):
+        send_node, recv_node = (node + node_delta) % nodes, (node - node_delta) % nodes
+        for local_delta in _quadratic(per_node):
+            send_local, recv_local = (local + local_delta) % per_node, (local - local_delta) % per_node
+            out.append((send_node * per_node + send_local, recv_node * per_node + recv_local))
     return out
 
 
-def _channel_base(round_: int, nodes: int, per_node: int) -> int:
+def p2p_group_size(nodes: int, per_node: int, wanted: int) -> int:
+    """2.28+: the schedule's group size: NCCL_P2P_SCHEDULE_GROUP_SIZE across nodes, the node on
+    one node, reduced to its gcd with the node size when that does not divide evenly."""
+    size = wanted if nodes > 1 else per_node
+    if per_node % size or per_node < size:
+        size = gcd(size, per_node)
+    return size
+
+
+def _group_schedule(rank: int, nodes: int, per_node: int, size: int) -> list[tuple[int, int]]:
+    per_node_groups = per_node // size
+    n_groups = nodes * per_node_groups
+    node, local_rank = divmod(rank, per_node)
+    group, local = node * per_node_groups + local_rank // size, local_rank % size
+
+    def first_rank(g: int) -> int:
+        return (g // per_node_groups) * per_node + (g % per_node_groups) * size
+
+    out = []
+    for group_delta in _quadratic(n_groups):
+        send_group, recv_group = (group + group_delta) % n_groups, (group - group_delta) % n_groups
+        for delta in range(size):
+            out.append((first_rank(send_group) + (local + delta) % size,
+                        first_rank(recv_group) + (local - delta) % size))
+    return out
+
+
+def _channel_base(round_: int, nodes: int, per_node: int, n_p2p_channels: int, version_minor: int,
+                  group_size: int) -> int:
+    if version_minor <= 27:
+        if nodes > 1:
+            node_delta, local_delta = divmod(round_, per_node)
+            base = node_delta * _div_up(per_node, MAX_DEV_WORK_P2P_PER_BATCH) + local_delta // MAX_DEV_WORK_P2P_PER_BATCH
+            return base & 0xFF
+        return round_ & 0xFF
     if nodes > 1:
-        node_delta, local_delta = divmod(round_, per_node)
-        base = node_delta * _div_up(per_node, MAX_DEV_WORK_P2P_PER_BATCH) + local_delta // MAX_DEV_WORK_P2P_PER_BATCH
-        return base & 0xFF
-    return round_ & 0xFF
+        group_delta, local_delta = divmod(round_, group_size)
+        base = group_delta * _div_up(group_size, MAX_DEV_WORK_P2P_PER_BATCH) + local_delta // MAX_DEV_WORK_P2P_PER_BATCH
+    else:
+        base = round_
+    return _reverse_bits(base, (n_p2p_channels - 1).bit_length()) & 0xFF
 
 
 def _reverse_bits(value: int, nbits: int) -> int:
@@ -79,9 +130,10 @@ def _reverse_bits(value: int, nbits: int) -> int:
     return out
 
 
-def _channel_for_part(n_p2p_channels: int, base: int, part: int) -> int:
-    nbits = (n_p2p_channels - 1).bit_count()
-    return (base + _reverse_bits(part, nbits)) & (n_p2p_channels - 1)
+def _channel_for_part(n_p2p_channels: int, base: int, part: int, version_minor: int) -> int:
+    if version_minor <= 27:  # parts at bit-reversed offsets from the base
+        return (base + _reverse_bits(part, (n_p2p_channels - 1).bit_count())) & (n_p2p_channels - 1)
+    return (base + part) & (n_p2p_channels - 1)
 
 
 def u32fp8_round(x: int) -> int:
@@ -107,9 +159,27 @@ class P2pTransfer:
     channels: tuple[int, ...]
 
 
+def _parts(nbytes: int, step: int, nodes: int, fewest: int, most: int) -> int:
+    """How many channels one direction's bytes are split over: at least half a step (an eighth on
+    one node) per part, doubled while a part exceeds a step (32 steps on one node)."""
+    if nbytes == 0:
+        return 1
+    low = step // 2 if nodes > 1 else step // 8
+    high = step if nodes > 1 else step * 32
+    parts = min(fewest, _div_up(nbytes, low))
+    size = max(low, _div_up(nbytes, parts))
+    while size > high and parts <= most // 2:
+        parts *= 2
+        size = _div_up(nbytes, parts)
+    return parts
+
+
 def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
-                  p2p_chunk_nbytes: int, ll_buff_nbytes: int = 512 * 1024) -> list[P2pTransfer]:
+                  p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8,
+                  ll_buff_nbytes: int = 512 * 1024) -> list[P2pTransfer]:
     """The transfers `rank` makes for a sendrecv (to rank+1, from rank-1) or an alltoall."""
+    _check_release(version_minor)
+    group_size = p2p_group_size(nodes, per_node, group_size)
     n = call.nranks
     peer_nbytes = call.count * call.elem_nbytes
     most = per_peer
@@ -117,7 +187,7 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
     while fewest * n > n_p2p_channels and fewest > 1:
         fewest //= 2
     out = []
-    for round_, (send_rank, recv_rank) in enumerate(p2p_schedule(rank, nodes, per_node)):
+    for round_, (send_rank, recv_rank) in enumerate(p2p_schedule(rank, nodes, per_node, version_minor, group_size)):
         wanted = []
         if call.collective == "alltoall":
             wanted = [(True, send_rank), (False, recv_rank)]
@@ -126,11 +196,15 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
                 wanted.append((True, send_rank))
             if recv_rank == (rank - 1) % n:
                 wanted.append((False, recv_rank))
-        base = _channel_base(round_, nodes, per_node)
+        base = _channel_base(round_, nodes, per_node, n_p2p_channels, version_minor, group_size)
         for send, peer in wanted:
             self_send = peer == rank
             network = peer // per_node != rank // per_node
-            protocol = "LL" if (not self_send and peer_nbytes <= most * P2P_LL_THRESHOLD_NBYTES) else "Simple"
+            if version_minor <= 28:  # LL while the bytes fit nChannelsMax x 16 KiB
+                protocol = "LL" if (not self_send and peer_nbytes <= most * P2P_LL_THRESHOLD_NBYTES) else "Simple"
+            else:  # parts first, by the Simple step; LL while the bytes fit them x 16 KiB
+                parts = _parts(peer_nbytes, p2p_chunk_nbytes, nodes, fewest, most)
+                protocol = "LL" if (not self_send and peer_nbytes <= parts * P2P_LL_THRESHOLD_NBYTES) else "Simple"
             step = ll_buff_nbytes // NCCL_STEPS if protocol == "LL" else p2p_chunk_nbytes
             chunk = step
             if network:
@@ -139,17 +213,9 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
                 elif peer_nbytes < 8 * step:
                     chunk //= 2
             data = u32fp8_round(chunk // 2 if protocol == "LL" else chunk)
-            if peer_nbytes == 0:
-                parts = 1
-            else:
-                low = step // 2 if nodes > 1 else step // 8
-                high = step if nodes > 1 else step * 32
-                parts = min(fewest, _div_up(peer_nbytes, low))
-                size = max(low, _div_up(peer_nbytes, parts))
-                while size > high and parts <= most // 2:
-                    parts *= 2
-                    size = _div_up(peer_nbytes, parts)
-            channels = tuple(_channel_for_part(n_p2p_channels, base, p) for p in range(parts))
+            if version_minor <= 28:
+                parts = _parts(peer_nbytes, step, nodes, fewest, most)
+            channels = tuple(_channel_for_part(n_p2p_channels, base, p, version_minor) for p in range(parts))
             out.append(P2pTransfer(round_, peer, send, peer_nbytes, protocol, data, channels))
     return out
 
@@ -166,15 +232,19 @@ def _segment(call: Call, src: int, dst: int) -> int:
     return (src * call.nranks + dst) * per if call.collective == "alltoall" else src * per
 
 
+def _check_release(version_minor: int) -> None:
+    if not MODELLED_MINORS[0] <= version_minor <= MODELLED_MINORS[1]:
+        raise UsageError(f"point-to-point plans of NCCL 2.{version_minor} are not modelled", "--nccl-version",
+                         "2.22 to 2.30")
+
+
 def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
-                 p2p_chunk_nbytes: int, version_minor: int) -> tuple[ChannelProgram, ...]:
+                 p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8) -> tuple[ChannelProgram, ...]:
     """The primitive programs `rank` runs for a sendrecv or alltoall: per channel, one stream per
     transfer part (NCCL runs up to 8 p2p works of a channel side by side)."""
-    if not 22 <= version_minor <= 27:
-        raise UsageError(f"point-to-point plans of NCCL 2.{version_minor} are not modelled", "--nccl-version",
-                         "2.22 to 2.27")
     streams: dict[int, list[Stream]] = {}
-    for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes):
+    for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
+                           group_size):
         src, dst = (rank, t.peer) if t.send else (t.peer, rank)
         origin = _segment(call, src, dst)
         for part, channel in enumerate(t.channels):

@@ -233,13 +233,30 @@ from nicksim.plan_p2p import p2p_programs, p2p_schedule, p2p_transfers, u32fp8_r
 
 def test_p2p_schedule_enumerates_every_peer_once_in_nccls_order():
     # init.cc's comment: deltas for 16 ranks run 0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8.
-    rounds = p2p_schedule(0, 1, 16)
+    rounds = p2p_schedule(0, 1, 16, 27)
     assert [send for send, _ in rounds] == [0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]
     assert [recv for _, recv in rounds] == [(16 - d) % 16 for d in [0, 1, 3, 6, 10, 15, 5, 12, 4, 13, 7, 2, 14, 11, 9, 8]]
     for nodes, per_node in ((3, 8), (2, 5), (5, 3)):
         for rank in range(nodes * per_node):
-            sends = [s for s, _ in p2p_schedule(rank, nodes, per_node)]
-            assert sorted(sends) == list(range(nodes * per_node))
+            for minor in (22, 28, 30):
+                rounds = p2p_schedule(rank, nodes, per_node, minor)
+                assert sorted(s for s, _ in rounds) == list(range(nodes * per_node))
+                assert sorted(r for _, r in rounds) == list(range(nodes * per_node))
+
+
+def test_p2p_schedule_2_28_walks_groups_then_linear_local_deltas():
+    # init.cc 2.28.9 ncclP2pSchedule: one node is one group, local deltas 0, 1, 2, ...
+    assert [s for s, _ in p2p_schedule(0, 1, 16, 28)] == list(range(16))
+    # Two nodes of 8: groups of NCCL_P2P_SCHEDULE_GROUP_SIZE 8 = the nodes. Rank 3 first meets its own
+    # group (send 3+d, receive 3-d), then the other node's group at the same local offsets.
+    rounds = p2p_schedule(3, 2, 8, 28)
+    assert rounds[:8] == [(3, 3), (4, 2), (5, 1), (6, 0), (7, 7), (0, 6), (1, 5), (2, 4)]
+    assert rounds[8:10] == [(11, 11), (12, 10)]
+    # Groups of 4 split each node in two: rank 0's second group is ranks 4-7 of its own node.
+    assert [s for s, _ in p2p_schedule(0, 2, 8, 28, group_size=4)][4:8] == [4, 5, 6, 7]
+    # Three GPUs per node do not divide 8: gcd(8, 3) = 1, every rank is its own group, and the group
+    # deltas are the quadratic sequence over 8 below 6: 0, 1, 3, (6), 2, (7), 5, 4.
+    assert [s for s, _ in p2p_schedule(0, 2, 3, 28)] == [0, 1, 3, 2, 5, 4]
 
 
 def test_u32fp8_keeps_four_significant_bits():
@@ -248,17 +265,18 @@ def test_u32fp8_keeps_four_significant_bits():
     assert u32fp8_round(5) == 5
 
 
+@pytest.mark.parametrize("minor", [22, 28, 30])
 @pytest.mark.parametrize("system, nodes", [("dgx-h100", 1), ("dgx-h100", 2), ("pcie-8x-rtx4090", 1), ("dgx-h100", 3)])
-def test_p2p_plans_conserve_bytes(system, nodes):
+def test_p2p_plans_conserve_bytes(system, nodes, minor):
     params = read_params({})
-    job = load_job(JobSpec(system=system, nodes=nodes, nccl_version="2.22"), params)
+    job = load_job(JobSpec(system=system, nodes=nodes, nccl_version=f"2.{minor}"), params)
     per_node = len(job.paths.node_system.gpus())
     p2p = p2p_channels(job.paths, job.channels.n_channels, nodes, params)
     chunk = p2p_chunk_nbytes(job.paths, nodes, params)
     for coll in ("alltoall", "sendrecv"):
         for size in (0, 8, 1000, 65536 * 8 + 24, 1 << 22):
             call = call_for_size(coll, size, "float", "sum", 0, job.nranks)
-            programs = {r: p2p_programs(call, r, nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, 22)
+            programs = {r: p2p_programs(call, r, nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, minor)
                         for r in range(job.nranks)}
             check_programs(call, programs, per_node)
 
@@ -271,7 +289,7 @@ def test_p2p_protocol_chunks_and_parts_two_h100_nodes():
 
     def transfers(size):
         call = call_for_size("sendrecv", size, "float", "sum", 0, job.nranks)
-        return p2p_transfers(call, 0, 2, 8, p2p.n_channels, p2p.per_peer, p2p_chunk_nbytes(job.paths, 2, params))
+        return p2p_transfers(call, 0, 2, 8, p2p.n_channels, p2p.per_peer, p2p_chunk_nbytes(job.paths, 2, params), 22)
 
     to_1, from_15 = transfers(16384)  # rank 0 sends to 1 (same node), receives from 15 (other node)
     assert (to_1.send, to_1.peer, from_15.send, from_15.peer) == (True, 1, False, 15)
@@ -285,10 +303,34 @@ def test_p2p_protocol_chunks_and_parts_two_h100_nodes():
     assert big.channels[1] == (big.channels[0] + 8) % 16
 
 
+def test_p2p_2_28_bit_reverses_the_base_and_packs_the_parts():
+    # channel.h 2.28.9: base = reverseBits(round, log2(p2pnChannels)); device.h: part p on base + p.
+    # One node, 16 p2p channels, 4 MiB per peer over NVLink (512 KiB steps, up to 32 per part): rank 0's
+    # round 1 (to rank 1) has base 0b1000 = 8, round 2 base 4, round 3 base 12.
+    call = call_for_size("alltoall", 8 * (4 << 20), "float", "sum", 0, 8)
+    transfers = [t for t in p2p_transfers(call, 0, 1, 8, 16, 2, 524288, 28) if t.send]
+    assert [t.channels[0] for t in transfers[1:4]] == [8, 4, 12]
+    big = p2p_transfers(call_for_size("sendrecv", 1 << 28, "float", "sum", 0, 8), 0, 1, 8, 16, 2, 524288, 28)
+    assert [t.channels for t in big if t.send] == [(8, 9)]
+    old = p2p_transfers(call_for_size("sendrecv", 1 << 28, "float", "sum", 0, 8), 0, 1, 8, 16, 2, 524288, 27)
+    assert [t.channels for t in old if t.send] == [(1, 9)]  # 2.27: base 1, part 1 at reversed offset 8
+
+
+def test_p2p_2_29_picks_ll_by_the_parts_it_uses():
+    # enqueue.cc 2.29.7 addP2pToPlan sizes parts by the Simple step first: 20000 B to the other node is
+    # one part (at least 64 KiB each), over the 16 KiB LL threshold; 2.22-2.28 compared against
+    # nChannelsMax (2) x 16 KiB and took LL.
+    call = call_for_size("sendrecv", 20000, "int8", "sum", 0, 16)
+
+    def recv_protocol(minor):
+        return [t.protocol for t in p2p_transfers(call, 0, 2, 8, 16, 2, 131072, minor) if not t.send][0]
+    assert (recv_protocol(28), recv_protocol(29), recv_protocol(30)) == ("LL", "Simple", "Simple")
+
+
 def test_p2p_plans_are_refused_where_not_modelled():
     call = call_for_size("alltoall", 1024, "float", "sum", 0, 16)
-    with pytest.raises(Exception, match="2.22 to 2.27"):
-        p2p_programs(call, 0, 2, 8, 16, 2, 131072, 30)
+    with pytest.raises(Exception, match="2.22 to 2.30"):
+        p2p_programs(call, 0, 2, 8, 16, 2, 131072, 21)
 
 
 def test_the_efa_plugin_sets_nvls_chunks_unless_the_user_did():
