@@ -93,6 +93,9 @@ def _add_system_options(p: argparse.ArgumentParser, positional: bool = True) -> 
                    help="nodes per leaf switch and rail (default 32)")
     g.add_argument("--no-rail-optimized", dest="rail", action="store_false",
                    help="plug each node's NICs into shared leaves instead of one leaf per rail")
+    g.add_argument("--sharp", action="store_true",
+                   help="the fabric's switches reduce in the network (SHARP) and a CollNet plugin serves every "
+                        "NIC; NCCL uses it with NCCL_COLLNET_ENABLE=1")
     g.add_argument("--switch-lat-us", type=_positive_float("--switch-lat-us", 0.0, True),
                    help="latency of one switch hop, us (default: the fabric's)")
     g.add_argument("--nccl-version", default=str(DEFAULT_VERSION.line), metavar="V",
@@ -211,7 +214,7 @@ def _job_spec(args) -> JobSpec:
                    gpu=args.gpu, gpus_per_node=args.gpus_per_node, fabric=args.fabric,
                    nics_per_node=args.nics_per_node, nic_gbps=args.nic_gbps, oversubscription=args.oversubscription,
                    hosts_per_leaf=args.hosts_per_leaf, rail_optimized=args.rail, switch_lat_us=args.switch_lat_us,
-                   rank=getattr(args, "rank", 0))
+                   sharp=args.sharp, rank=getattr(args, "rank", 0))
 
 
 def _load(args, params: Params) -> Job:
@@ -219,7 +222,18 @@ def _load(args, params: Params) -> Job:
     job = load_job(_job_spec(args), params)
     _warn(job.system.notes)
     _warn(job.paths.notes)
+    _warn(_collnet_notes(job.spec.sharp, params))
     return job
+
+
+def _collnet_notes(sharp: bool, params: Params) -> list[str]:
+    collnet = params.get("NCCL_COLLNET_ENABLE") == 1
+    if sharp and not collnet:
+        return ["--sharp: the CollNet plugin serves every NIC, but NCCL uses it only with NCCL_COLLNET_ENABLE=1"]
+    if sharp and collnet:
+        return ["CollNet: the chain and direct graphs are searched as NCCL does; the time model and plans do "
+                "not price CollNet algorithms yet (they choose as NCCL would without them)"]
+    return []
 
 
 def _run_search(args, params: Params) -> int:

@@ -46,6 +46,7 @@ class FillOptions:
     nics_per_node: int | None = None
     nic_gbps: float | None = None
     fabric: Fabric | None = None
+    sharp: bool = False
 
 
 @dataclass(frozen=True)
@@ -400,6 +401,8 @@ class _Filler:
                 "speed", str(mbps * self.rails.get(_int_or(n.get("dev"), -1), 1))) if n.tag == "net" else n)
         if opts.fabric is not None and not opts.fabric.gdr:
             self.root = _map(self.root, lambda n: n.with_attr("gdr", "0") if n.tag == "net" else n)
+        if opts.sharp:  # a CollNet (SHARP) plugin reports each device it serves: topo.cc sets net "coll" to 1
+            self.root = _map(self.root, lambda n: n.with_attr("coll", "1") if n.tag == "net" else n)
 
     def _keep_gpus(self, count: int) -> None:
         gpus = sorted(_gpu_elements(self.root), key=lambda pg: _int_or(pg[1].get("rank"), 0))

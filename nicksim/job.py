@@ -44,6 +44,7 @@ class JobSpec:
     hosts_per_leaf: int = 32
     rail_optimized: bool = True
     switch_lat_us: float | None = None
+    sharp: bool = False
     rank: int = 0
     where: str = "SYSTEM"
 
@@ -114,7 +115,7 @@ def load_node_paths(spec: JobSpec, params: Params):
     fab = fabric(spec.fabric) if spec.fabric else None
     model = gpu_model(spec.gpu) if spec.gpu else None
     options = FillOptions(gpu=model, gpus_per_node=spec.gpus_per_node, nics_per_node=spec.nics_per_node,
-                          nic_gbps=spec.nic_gbps, fabric=fab)
+                          nic_gbps=spec.nic_gbps, fabric=fab, sharp=spec.sharp)
     filled, entry = load_node(name, options, where)
     if fab is None:
         fab = fabric(entry.fabric) if entry else FABRICS["ib"]

@@ -272,7 +272,9 @@ class _Search:
         if step < len(p.links):
             self._follow(p, src, dst, step, _f(-bw))
             return None
-        g.n_hops += int(mult * len(p.links))
+        # graph->nHops += mult*path->count: float arithmetic truncated back to int (CollNet Direct's
+        # fractional shares drift it down when given back)
+        g.n_hops = int(_f(_f(g.n_hops) + _f(_f(mult) * len(p.links))))
         return dst
 
     # -- GPU ordering (ncclTopoSearchNextGpuSort)
@@ -503,6 +505,38 @@ class _Search:
             d0 -= 1
             self.follow_path(g, nvs, self.gpus[d0], -2 if d0 == k else -1)
 
+    def try_collnet_direct(self, g, best, k, time):
+        """ncclTopoSearchTryCollnetDirect: the head k reaches every GPU and every GPU reaches it,
+        each path carrying 1/(nGPUs-1) of the bandwidth; the other GPUs follow in index order."""
+        count = self.ngpus
+        mul = _f(1.0 / _f(count - 1))
+        fwd = 0
+        while True:
+            ok = self.follow_path(g, self.gpus[k], self.gpus[fwd], mul)
+            fwd += ok is not None
+            if ok is None or fwd >= count:
+                break
+        if ok is not None:
+            bwd = 0
+            while True:
+                ok1 = self.follow_path(g, self.gpus[bwd], self.gpus[k], mul)
+                bwd += ok1 is not None
+                if ok1 is None or bwd >= count:
+                    break
+            if ok1 is not None:
+                step = 1
+                for index in range(count):
+                    if index != k:
+                        g.intra[g.n_channels * count + step] = self.rank_of[index]
+                        step += 1
+                self.rec_gpu(g, best, None, count, -1, -1, 0, time)
+            while bwd:
+                bwd -= 1
+                self.follow_path(g, self.gpus[bwd], self.gpus[k], -mul)
+        while fwd:
+            fwd -= 1
+            self.follow_path(g, self.gpus[k], self.gpus[fwd], -mul)
+
     def rec_gpu(self, g, best, k, step, back_net, back_first, forced, time):
         if time[0] <= 0:
             return
@@ -543,6 +577,8 @@ class _Search:
                         g.bw_inter = saved
         elif g.pattern == NVLS:
             self.try_nvls(g, best, k, time)
+        elif g.pattern == COLLNET_DIRECT:
+            self.try_collnet_direct(g, best, k, time)
         elif step < ngpus - 1:
             if forced == FORCED_ORDER_PCI:
                 order = [step + 1]
@@ -1099,22 +1135,46 @@ def _freeze(g: _G, search: _Search, notes: list[str], fallback: bool = False) ->
                  intra, inter, search.inter, fallback, tuple(notes))
 
 
+def collnet_enabled(system: System, params: Params) -> bool:
+    """collNetSupport(comm): NCCL_COLLNET_ENABLE=1 and a CollNet plugin, which shows in the
+    topology as NICs it serves (net coll="1", e.g. `--sharp`)."""
+    return params.get("NCCL_COLLNET_ENABLE") == 1 and any(system.nodes[n].net.coll for n in system.nets())
+
+
+def _collnet_wanted(paths: Paths, params: Params) -> bool:
+    # The plugin is judged on the whole node: one-node jobs of releases that trim the NICs away
+    # still search the CollNet graphs (inside the node).
+    return collnet_enabled(paths.node_system, params)
+
+
+def collnet_direct_graph_id(minor: int) -> int:
+    """init.cc: the CollNet Direct graph is id 2 in 2.22 and 4 from 2.23 (2.18-2.21 search one
+    CollNet graph, id 2, which both CollNet algorithms use)."""
+    return 2 if minor == 22 else 4
+
+
 def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
-    """The graphs NCCL's init searches, in its order: ring, tree, then NVLS where it can run.
+    """The graphs NCCL's init searches, in its order: ring, tree, the CollNet chain (pattern 3 on
+    CollNet NICs) and CollNet direct graphs where CollNet is enabled, then NVLS where it can run.
     With NCCL_GRAPH_FILE, a graph the file holds (same id, channels > 0) replaces the search."""
     graph_file = params.get("NCCL_GRAPH_FILE")
     doc = _read_graph_file(graph_file) if graph_file else None
 
-    def compute(pattern: int, gid: int, low: int, high: int) -> Graph:
+    def compute(pattern: int, gid: int, low: int, high: int, collnet: int = 0) -> Graph:
         if doc is not None:
             loaded = load_graph(paths, params, doc, gid, graph_file)
             if loaded is not None and loaded.n_channels > 0:
                 return loaded
-        return search_graph(paths, params, pattern, gid, low, high)
+        return search_graph(paths, params, pattern, gid, low, high, collnet)
 
     ring = compute(RING, 0, 1, MAXCHANNELS // 2)
     tree = compute(BALANCED_TREE, 1, ring.n_channels, ring.n_channels)
     graphs = {"ring": ring, "tree": tree}
+    if _collnet_wanted(paths, params):
+        minor = paths.system.rules.version.minor
+        graphs["collnet_chain"] = compute(TREE, 2, ring.n_channels, ring.n_channels, 1)
+        if minor >= 22:
+            graphs["collnet_direct"] = compute(COLLNET_DIRECT, collnet_direct_graph_id(minor), 1, MAXCHANNELS, 1)
     if params.get("NCCL_NVLS_ENABLE") != 0:
         nvls = compute(NVLS, 3, 1, MAXCHANNELS)
         if nvls.n_channels:
@@ -1290,8 +1350,8 @@ def graphs_xml(paths: Paths, graphs: dict[str, Graph]) -> str:
     lines += _graph_element(paths, graphs.get("ring"), 0, RING)
     lines += _graph_element(paths, graphs.get("tree"), 1, BALANCED_TREE)
     if minor >= 22:
-        lines += _graph_element(paths, None, 2 if minor == 22 else 4, COLLNET_DIRECT)
-    lines += _graph_element(paths, None, 2, TREE)
+        lines += _graph_element(paths, graphs.get("collnet_direct"), collnet_direct_graph_id(minor), COLLNET_DIRECT)
+    lines += _graph_element(paths, graphs.get("collnet_chain"), 2, TREE)
     lines += _graph_element(paths, graphs.get("nvls"), 3, NVLS)
     lines.append("</graphs>")
     return "\n".join(lines) + "\n"

@@ -51,12 +51,15 @@ def test_goldens_cover_the_catalog():
             for shape in ("1node", "2nodes"):
                 assert f"{release}.{system}.{shape}.txt" in CASES
     assert set(KNOWN_DIFFERENCES) <= set(CASES)
+    collnet = [n for n in CASES if "NCCL_COLLNET_ENABLE=1" in n]
+    assert len(collnet) >= 16 and all("Pattern 3" in "\n".join(_read(n)) for n in collnet)
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in CASES])
 def test_search_matches_nccl(name):
     version, system, nodes, env = _case(name)
-    _, paths = build(system, version[:4], env=env, nodes=nodes)
+    # CollNet cases: the topology's NICs carry coll="1" (a CollNet/SHARP plugin serves them), as --sharp makes them
+    _, paths = build(system, version[:4], env=env, nodes=nodes, sharp=env.get("NCCL_COLLNET_ENABLE") == "1")
     ours = [line.rstrip() for g in search_graphs(paths, read_params(env)).values() for line in format_graph(paths, g)]
     theirs = _read(name)
     assert len(ours) == len(theirs)
@@ -125,3 +128,25 @@ def test_checked_releases_say_nothing_about_checking():
     result = run_cli("search", "dgx-h100", "--nccl-version", "2.25")
     assert result.returncode == 0, result.stderr
     assert "has not been checked" not in result.stderr
+
+
+@pytest.mark.parametrize("version", ["2.22", "2.30"])
+def test_collnet_graphs_are_searched_and_dumped_as_nccl_does(version, tmp_path):
+    # With a CollNet (SHARP) plugin serving the NICs and NCCL_COLLNET_ENABLE=1, init.cc searches the
+    # CollNet chain (id 2) and direct (id 2 in 2.22, 4 after) graphs; ncclTopoDumpGraphs writes them
+    # between tree and NVLS. The golden is NCCL's own dump (tests/golden/nccl-graph-xml/README.md).
+    dump = tmp_path / "graphs.xml"
+    result = run_cli("search", "dgx-h100", "--sharp", "--nodes", "2", "--nccl-version", version,
+                     "--env", "NCCL_COLLNET_ENABLE=1", "--dump-graph", str(dump), env={"NCCL_IGNORE_DISABLED_P2P": "2"})
+    assert result.returncode == 0, result.stderr
+    assert "Pattern 6, crossNic 0, nChannels 8" in result.stdout
+    full = {"2.22": "2.22.3", "2.30": "2.30.7"}[version]
+    assert dump.read_text() == (XML_GOLDEN / f"collnet-{full}.dgx-h100.2nodes.xml").read_text()
+
+
+def test_sharp_without_collnet_enable_searches_no_collnet_graph():
+    result = run_cli("search", "dgx-h100", "--sharp", "--nodes", "2")
+    assert result.returncode == 0, result.stderr
+    assert "Pattern 6" not in result.stdout
+    assert result.stdout.count("Pattern ") == 3  # ring, tree, NVLS
+    assert "NCCL_COLLNET_ENABLE=1" in result.stderr
