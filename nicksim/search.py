@@ -160,6 +160,8 @@ class _Search:
         self._dis = self._codes["DIS"]
         self._paths: dict[tuple[int, int], object] = {}
         self._hops: dict[tuple[int, int], tuple] = {}
+        self._plain_hops: set[tuple[int, int]] = set()
+        self._candidate_sets: dict[tuple, frozenset] = {}
         self._nets_for: dict[tuple[int, int], list[int]] = {}
         self._pairs: dict[tuple[int, int], tuple] = {}
         self._candidates: dict[tuple[int, int | None], list[tuple]] = {}
@@ -219,6 +221,8 @@ class _Search:
             rev = self._rev(node, link.dst, link.kind if self.minor >= 19 else None) if (old_gpu or power) else None
             steps.append((node, pos, link.kind == "PCI", old_gpu, power, rev))
         found = self._hops[key] = (tuple(steps), intel)
+        if not any(old_gpu or power for _, _, _, old_gpu, power, _ in steps):
+            self._plain_hops.add(key)
         return found
 
     # -- followPath / ncclTopoFollowPath
@@ -227,6 +231,19 @@ class _Search:
         pci_bw = _f(bw * 6 / 5) if intel else bw  # topo.h INTEL_P2P_OVERHEAD
         live = self.bw
         memo = self._sub_memo
+        if (start, dst) in self._plain_hops:  # no hop charges a way back: the common case, kept lean
+            for step in range(max_steps):
+                node, pos, is_pci = steps[step][:3]
+                fw = pci_bw if is_pci else bw
+                row = live[node]
+                cur = row[pos]
+                if cur < fw:
+                    return step
+                value = memo.get((cur, fw))
+                if value is None:
+                    value = memo[(cur, fw)] = _sub_round(cur, fw)
+                row[pos] = value
+            return max_steps
         for step in range(max_steps):
             node, pos, is_pci, old_gpu, power, rev = steps[step]
             fw = pci_bw if is_pci else bw
@@ -267,14 +284,20 @@ class _Search:
             return None
         if mult == 1 and g.pattern in (BALANCED_TREE, TREE, SPLIT_TREE) and rev_type > limit:
             return None
-        bw = _f(bw * _f(mult))
-        step = self._follow(p, src, dst, len(p.links), bw)
-        if step < len(p.links):
-            self._follow(p, src, dst, step, _f(-bw))
+        whole = mult in (1, -1, 2, -2)
+        if mult != 1:
+            bw = -bw if mult == -1 else _f(bw * _f(mult))
+        count = len(p.links)
+        step = self._follow(p, src, dst, count, bw)
+        if step < count:
+            self._follow(p, src, dst, step, -bw)
             return None
-        # graph->nHops += mult*path->count: float arithmetic truncated back to int (CollNet Direct's
-        # fractional shares drift it down when given back)
-        g.n_hops = int(_f(_f(g.n_hops) + _f(_f(mult) * len(p.links))))
+        if whole:
+            g.n_hops += int(mult) * count
+        else:
+            # graph->nHops += mult*path->count: float arithmetic truncated back to int (CollNet
+            # Direct's fractional shares drift it down when given back)
+            g.n_hops = int(_f(_f(g.n_hops) + _f(_f(mult) * count)))
         return dst
 
     # -- GPU ordering (ncclTopoSearchNextGpuSort)
@@ -303,6 +326,12 @@ class _Search:
         flag = 1 << g.n_channels
         net = self.net_id_to_node(g.inter[g.n_channels * 2]) if sort_net else None
         used = self.used
+        if self.nvs and self.minor >= 21:
+            # Only the NVSwitch neighbours are tried (see below); the sort cannot change which, and
+            # each is moved to the front in turn, so they come out in reverse.
+            first = self._nvs_neighbours(g.pattern, k)
+            cands = self._candidate_set(k, net)
+            return [f for f in reversed(first) if f in cands and not used[f] & flag]
         if net is None:
             scores = [(0, 0, 0, p_bw, p_len, i, j) for j, i, _, _, p_bw, p_len in self._gpu_candidates(k, None)
                       if not used[j] & flag]
@@ -333,6 +362,25 @@ class _Search:
             if self.minor >= 21:
                 count = real  # from 2.21 only the neighbours are tried behind an NVSwitch
         return order[:count]
+
+    def _nvs_neighbours(self, pattern: int, k: int) -> list[int]:
+        prev_gpu, next_gpu = (k - 1 + self.ngpus) % self.ngpus, (k + 1) % self.ngpus
+        if pattern == RING:
+            first = [next_gpu, prev_gpu]
+        elif pattern in (SPLIT_TREE, BALANCED_TREE):
+            first = [prev_gpu, next_gpu]
+        else:
+            first = [next_gpu]
+        if next_gpu == prev_gpu and len(first) == 2:
+            first = first[:1]
+        return first
+
+    def _candidate_set(self, k: int, net: int | None) -> frozenset:
+        key = (k, net)
+        found = self._candidate_sets.get(key)
+        if found is None:
+            found = self._candidate_sets[key] = frozenset(c[0] for c in self._gpu_candidates(k, net))
+        return found
 
     def _gpu_candidates(self, k: int, net: int | None) -> list[tuple]:
         """The GPUs a search may move to from GPU k, with what ncclTopoSearchNextGpuSort ranks them
