@@ -768,6 +768,17 @@ class _Search:
             self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
             if t[0] == -1:
                 time[0] = -1
+        max_bw, min_hops = self._closest_to_net(n, zero_hops_count)
+        if max_bw >= bw:
+            for j in range(self.ngpus):
+                k = (g.n_channels + j) % self.ngpus
+                p = self.path(n, self.gpus[k])
+                if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
+                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+
+    def _closest_to_net(self, n: int, zero_hops_count: bool) -> tuple:
+        """(bandwidth, hops) of the GPUs closest to NIC n: the highest path bandwidth, then the
+        fewest hops (where `zero_hops_count` is False, a path of no hops does not count)."""
         max_bw, min_hops = _f(0), 0xFFFFFFF
         for gpu in self.gpus:
             p = self.path(n, gpu)
@@ -776,12 +787,7 @@ class _Search:
                 max_bw, min_hops = pbw, len(p.links)
             elif pbw == max_bw and (zero_hops_count or len(p.links) > 0) and len(p.links) < min_hops:
                 min_hops = len(p.links)
-        if max_bw >= bw:
-            for j in range(self.ngpus):
-                k = (g.n_channels + j) % self.ngpus
-                p = self.path(n, self.gpus[k])
-                if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
-                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+        return max_bw, min_hops
 
     def _rec_net_218(self, g, best, back_net, back_first, time):
         """search.cc 2.18.6 ncclTopoSearchRecNet: NICs in ncclTopoSelectNets order (no rotation by
@@ -809,14 +815,7 @@ class _Search:
                         self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
                         if t[0] == -1:
                             time[0] = -1
-                    max_bw, min_hops = _f(0), 0xFFFFFFF
-                    for gpu in self.gpus:
-                        p = self.path(n, gpu)
-                        pbw = _f(p.bw_gbps)
-                        if pbw > max_bw:
-                            max_bw, min_hops = pbw, len(p.links)
-                        elif pbw == max_bw and len(p.links) < min_hops:
-                            min_hops = len(p.links)
+                    max_bw, min_hops = self._closest_to_net(n, True)
                     if max_bw >= bw:
                         for bidir in (0, 1):
                             for k in range(self.ngpus):
