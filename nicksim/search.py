@@ -525,65 +525,55 @@ class _Search:
             self.used[k] ^= flag
             self.follow_path(g, src, self.gpus[k], -1)
 
-    def try_nvls(self, g, best, k, time):
-        nvs = self.nvs[0]
-        d0 = 0
-        while True:
-            ok = self.follow_path(g, nvs, self.gpus[d0], 2 if d0 == k else 1)
-            d0 += 1
-            if ok is None or d0 >= self.ngpus:
+    def _reserve_each(self, g, links: list[tuple[int, int, float]]) -> int:
+        """followPath on each (src, dst, mult) in turn, stopping at the first that fails: how many
+        were reserved (all of them when it equals len(links))."""
+        done = 0
+        for src, dst, mult in links:
+            if self.follow_path(g, src, dst, mult) is None:
                 break
-        if ok is None:
-            d0 -= 1
-        else:
-            d1 = 0
-            while True:
-                ok1 = self.follow_path(g, self.gpus[d1], nvs, 2 if d1 == k else 1)
-                d1 += 1
-                if ok1 is None or d1 >= self.ngpus:
-                    break
-            if ok1 is None:
-                d1 -= 1
-            else:
+            done += 1
+        return done
+
+    def _release_first(self, g, links: list[tuple[int, int, float]], done: int) -> None:
+        """Give back the first `done` reservations, last first, as search.cc's unwinding loops do."""
+        for src, dst, mult in reversed(links[:done]):
+            self.follow_path(g, src, dst, -mult)
+
+    def _try_both_ways(self, g, best, time, forward, backward, before_rec=None) -> None:
+        """Reserve every forward path, then every backward one; with all of them, record the rest
+        of the channel and recurse; then give everything back (TryNvls / TryCollnetDirect)."""
+        fwd = self._reserve_each(g, forward)
+        if fwd == len(forward):
+            bwd = self._reserve_each(g, backward)
+            if bwd == len(backward):
+                if before_rec is not None:
+                    before_rec()
                 self.rec_gpu(g, best, None, self.ngpus, -1, -1, 0, time)
-            while d1:
-                d1 -= 1
-                self.follow_path(g, self.gpus[d1], nvs, -2 if d1 == k else -1)
-        while d0:
-            d0 -= 1
-            self.follow_path(g, nvs, self.gpus[d0], -2 if d0 == k else -1)
+            self._release_first(g, backward, bwd)
+        self._release_first(g, forward, fwd)
+
+    def try_nvls(self, g, best, k, time):
+        """ncclTopoSearchTryNvls: the NVSwitch reaches every GPU and every GPU reaches it, the head k
+        carrying twice the bandwidth."""
+        nvs = self.nvs[0]
+        forward = [(nvs, gpu, 2 if d == k else 1) for d, gpu in enumerate(self.gpus)]
+        backward = [(gpu, nvs, 2 if d == k else 1) for d, gpu in enumerate(self.gpus)]
+        self._try_both_ways(g, best, time, forward, backward)
 
     def try_collnet_direct(self, g, best, k, time):
         """ncclTopoSearchTryCollnetDirect: the head k reaches every GPU and every GPU reaches it,
         each path carrying 1/(nGPUs-1) of the bandwidth; the other GPUs follow in index order."""
         count = self.ngpus
         mul = _f(1.0 / _f(count - 1))
-        fwd = 0
-        while True:
-            ok = self.follow_path(g, self.gpus[k], self.gpus[fwd], mul)
-            fwd += ok is not None
-            if ok is None or fwd >= count:
-                break
-        if ok is not None:
-            bwd = 0
-            while True:
-                ok1 = self.follow_path(g, self.gpus[bwd], self.gpus[k], mul)
-                bwd += ok1 is not None
-                if ok1 is None or bwd >= count:
-                    break
-            if ok1 is not None:
-                step = 1
-                for index in range(count):
-                    if index != k:
-                        g.intra[g.n_channels * count + step] = self.rank_of[index]
-                        step += 1
-                self.rec_gpu(g, best, None, count, -1, -1, 0, time)
-            while bwd:
-                bwd -= 1
-                self.follow_path(g, self.gpus[bwd], self.gpus[k], -mul)
-        while fwd:
-            fwd -= 1
-            self.follow_path(g, self.gpus[k], self.gpus[fwd], -mul)
+        head = self.gpus[k]
+        forward = [(head, gpu, mul) for gpu in self.gpus]
+        backward = [(gpu, head, mul) for gpu in self.gpus]
+
+        def list_the_others():
+            others = [self.rank_of[i] for i in range(count) if i != k]
+            g.intra[g.n_channels * count + 1:g.n_channels * count + count] = others
+        self._try_both_ways(g, best, time, forward, backward, list_the_others)
 
     def rec_gpu(self, g, best, k, step, back_net, back_first, forced, time):
         if time[0] <= 0:
