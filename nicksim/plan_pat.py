@@ -359,7 +359,6 @@ class _AgSchedule:
             p = self.phase
             if p == 2:
                 self.scale //= 2
-            if p == 2:
                 self.phase = 2 if self.scale else 1
             elif p == 1:
                 self.phase = 0 if self.as_ % 2 == 1 else 1
