@@ -9,14 +9,15 @@ ncclGroupSimulateEnd reports for the call alone.
 
 Modelled: every release whose time model is (2.18-2.30), as enqueue.cc of each tag chooses
 (2.20 and 2.21 size channels and threads in getChannnelThreadInfo, by the same rule); no tuner
-plugin, no CollNet plugin (CollNet is never chosen, as NCCL without SHARP), no user buffer
-registration (so no CTA-policy or registered-NVLS shortcuts).
+plugin, no user buffer registration (so no CTA-policy or registered-NVLS shortcuts). CollNet is
+chosen where a CollNet (SHARP) plugin serves the job and NCCL keeps it on (collnet.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .calls import Call
+from .collnet import COLLNET_OFF, CollNetSetup, collnet_supported
 from .constants.tuning_tables import PROTOCOLS, tuning_tables
 from .errors import UsageError
 from .params import Params
@@ -28,6 +29,7 @@ __all__ = ["CommState", "Choice", "comm_state", "choose", "forced_choice", "nvls
 
 # src/include/device.h NCCL_MAX_NVLS_ARITY (2.19-2.30) and NCCL_MAX_DIRECT_ARITY (7).
 NCCL_MAX_NVLS_ARITY = 32
+NCCL_MAX_DIRECT_ARITY = 7
 # transport/nvls.cc NVLS_NCHANNELS_SM90 / _SM100 (2.25+) / _SM100_NVL (2.27+); NCCL_NVLS_NCHANNELS default 16 before.
 _NVLS_CH_SM90, _NVLS_CH_SM100, _NVLS_CH_SM100_NVL = 16, 32, 24
 _NVLS_CHUNK_NBYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default
@@ -55,6 +57,9 @@ class CommState:
     buff_nbytes: tuple[int, int, int]  # LL, LL128, Simple (comm->buffSizes)
     ring_chunk_steps: int
     ring_slice_steps: int
+    collnet: CollNetSetup = COLLNET_OFF
+    # connect.cc connectCollNet: the distinct heads of the CollNet Direct graph (channels[0].collnetDirect.nHeads).
+    collnet_direct_heads: int = 0
 
     @property
     def nranks(self) -> int:
@@ -108,17 +113,22 @@ def nvls_channels(system, graphs: dict[str, Graph], n_nodes: int, params: Params
     return max(params.get("NCCL_MIN_CTAS") or 1, min(params.get("NCCL_MAX_CTAS") or 64, wanted))
 
 
-def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, params: Params) -> CommState:
+def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, params: Params,
+               collnet: CollNetSetup = COLLNET_OFF) -> CommState:
     """The communicator of a job of `n_nodes` copies of the node `paths` describes, with
-    `n_channels` runtime channels (connect's result)."""
+    `n_channels` runtime channels (connect's result) and the CollNet set-up (collnet.py)."""
     version = paths.system.rules.version
     if not time_model_modelled(version):
         raise UsageError(f"NCCL {version.line}'s time model is not modelled yet", "--nccl-version",
                          "2.18 to 2.30")
     tables = tuning_tables(version)
-    inputs = tune_inputs(paths, graphs, n_nodes)
+    inputs = tune_inputs(paths, graphs, n_nodes, collnet)
     table = tune_model(tables, inputs, params)
     local = len(paths.node_system.gpus())
+    direct = graphs.get("collnet_direct", graphs.get("collnet_chain"))
+    direct_heads = 0
+    if collnet.enabled and direct is not None and (tables.version.minor <= 27 or local <= NCCL_MAX_DIRECT_ARITY + 1):
+        direct_heads = len({channel[0] for channel in direct.intra})
     nvls = graphs.get("nvls")
     nvls_ch = nvls_channels(paths.system, graphs, n_nodes, params)
     # NCCL_NVLSTREE_MAX_CHUNKSIZE default (-2): 64 KiB from 4 nodes, else the NVLS chunk (enqueue.cc 2.22,
@@ -135,7 +145,7 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
         # comm->buffSizes (init.cc computeBuffSizes): LL = 8 lines x 512 threads x 8 steps x 16 B,
         # LL128 = 120 elems x 640 threads x 8 steps x 8 B (NCCL_LL128_ELEMS_PER_THREAD), Simple = NCCL_BUFFSIZE.
         buff_nbytes=(512 * 1024, 4_915_200, buff_simple),
-        ring_chunk_steps=4, ring_slice_steps=2,
+        ring_chunk_steps=4, ring_slice_steps=2, collnet=collnet, collnet_direct_heads=direct_heads,
     )
 
 
@@ -173,7 +183,10 @@ def _nvls_skipped(comm: CommState, call: Call, algorithm: str) -> bool:
     minor = comm.table.version.minor
     func = call.func
     if algorithm == "NVLS" and comm.n_nodes > 1:
-        return True  # multi-node NVLS needs CollNet
+        if not collnet_supported(comm.collnet, func, call.redop, call.dtype):
+            return True  # NVLS across nodes runs over CollNet
+        if 19 <= minor <= 26 and func in ("AllGather", "ReduceScatter"):
+            return True  # "we only support single-node NVLS allgather and reducescatter"
     if minor <= 18:
         return not nvls_supported(call.redop, call.dtype)
     supported = nvls_supported(call.redop, call.dtype)
@@ -197,7 +210,11 @@ def _candidates(comm: CommState, call: Call) -> list[tuple[str, str]]:
     out = []
     for algorithm in comm.table.algorithms:
         if algorithm in ("CollNetDirect", "CollNetChain"):
-            continue  # no CollNet plugin: collNetSupport is 0
+            if not collnet_supported(comm.collnet, call.func, call.redop, call.dtype):
+                continue
+            if comm.local_ranks > NCCL_MAX_DIRECT_ARITY + 1 and (
+                    (algorithm == "CollNetDirect" and minor >= 23) or minor >= 28):
+                continue  # CollNet Direct (2.23+) and Chain (2.28+) serve at most 8 local GPUs
         if algorithm in ("NVLS", "NVLSTree") and _nvls_skipped(comm, call, algorithm):
             continue
         if algorithm == "PAT" and call.collective == "reduce_scatter" and call.redop == "avg" and minor >= 23:
@@ -257,7 +274,9 @@ def _size(comm: CommState, call: Call, algorithm: str, protocol: str, nbytes: in
     nt = comm.table.max_threads[a][PROTOCOLS.index(protocol)]
     threshold = _threshold(comm, algorithm, protocol)
     nc = comm.n_channels
-    if algorithm in ("NVLS", "NVLSTree"):
+    if algorithm == "CollNetDirect":
+        nc, threshold = _collnet_direct_channels(nbytes, nc, nt, comm.collnet_direct_heads, threshold)
+    elif algorithm in ("NVLS", "NVLSTree"):
         nc = comm.nvls_channels
         if comm.table.version.minor >= 28 and comm.n_nodes > 1 and algorithm == "NVLS":
             nc = min(comm.nvls_channels, comm.n_channels)  # multi-node NVLS (CollNet) within the rings (2.28+)
@@ -268,6 +287,22 @@ def _size(comm: CommState, call: Call, algorithm: str, protocol: str, nbytes: in
             nt //= 2
     return Choice(algorithm, protocol, nc, _final_threads(comm, algorithm, protocol, nt, nbytes, nc), time_us,
                   backup)
+
+
+def _collnet_direct_channels(nbytes: int, nc: int, nt: int, heads: int, threshold: int) -> tuple[int, int]:
+    """CollNet Direct channel tuning: drop channels while the bytes do not fill nc x nt x heads x threshold,
+    stopping at 16, 8, 4, 2, 1 in turn; the threshold halves at 24, 12, 6, 3 channels."""
+    nc_switch, short = 16, True
+    while nc_switch >= 1 and short:
+        while True:
+            short = nbytes < nc * nt * heads * threshold
+            if not (short and nc > nc_switch):
+                break
+            if nc == nc_switch + nc_switch // 2:
+                threshold //= 2
+            nc -= 1
+        nc_switch //= 2
+    return nc, threshold
 
 
 def _final_threads(comm: CommState, algorithm: str, protocol: str, nt: int, nbytes: int, nc: int) -> int:

@@ -231,8 +231,8 @@ def _collnet_notes(sharp: bool, params: Params) -> list[str]:
     if sharp and not collnet:
         return ["--sharp: the CollNet plugin serves every NIC, but NCCL uses it only with NCCL_COLLNET_ENABLE=1"]
     if sharp and collnet:
-        return ["CollNet: the chain and direct graphs are searched as NCCL does; the time model and plans do "
-                "not price CollNet algorithms yet (they choose as NCCL would without them)"]
+        return ["CollNet: searched, set up and priced as NCCL does; per-channel plans of the CollNet "
+                "algorithms are not modelled yet"]
     return []
 
 
@@ -255,7 +255,8 @@ def _run_search(args, params: Params) -> int:
         print(f"P2P Chunksize set to {p2p_chunk_nbytes(paths, args.nodes, params)}")
         print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
         p2p = p2p_channels(paths, channels.n_channels, args.nodes, params, args.rank)
-        print(format_channel_counts(tables.version.minor, channels.n_channels, channels.nvls_channels, p2p))
+        print(format_channel_counts(tables.version.minor, channels.n_channels, channels.nvls_channels, p2p,
+                                    job.collnet.enabled))
         # Connections as NCCL sets them up eagerly (NCCL_RUNTIME_CONNECT=0): rings, then trees.
         print("\n".join(connection_lines(paths, graphs["ring"], ring_links(channels), args.rank, args.nodes)
                         + ["Connected all rings"]

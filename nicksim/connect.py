@@ -4,19 +4,19 @@
 identical nodes the way NCCL's init does: each node contributes its channel orders (ranks offset
 by node); rings are chained node to node (odd nodes swap channel pairs when the ring search used
 a second NIC, to stay on rails); the inter-node tree is the double binary tree over nodes, hung off
-each node's chain head; channels are then doubled, doubled again for SM90+ multi-node rings faster
-than 45 GB/s with fewer than 16 channels, and bounded by NCCL_MIN/MAX_NCHANNELS and
-NCCL_MIN/MAX_CTAS. The result, Channels, is one rank's view; `format_channels` prints NCCL's
+each node's chain head; channels are then doubled, raised by half when CollNet runs and its chain
+is faster inside the node than across, doubled again for SM90+ multi-node rings faster than
+45 GB/s with fewer than 16 channels, and bounded by NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS. The result, Channels, is one rank's view; `format_channels` prints NCCL's
 `Channel 00/16 :` ring lines and its `Trees [0] ...` line.
 
-Modelled: jobs whose nodes are identical and whose rank view holds the whole node; the CollNet
-and NVLS channel adjustments are not applied yet.
+Modelled: jobs whose nodes are identical and whose rank view holds the whole node.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .choose import nvls_channels
+from .collnet import collnet_setup
 from .errors import UsageError
 from .params import Params
 from .paths import Paths, local_net, local_nets
@@ -126,6 +126,9 @@ def connect(paths: Paths, graphs: dict[str, Graph], params: Params, nodes: int, 
             up.append(up[c - start])
             down.append(list(down[c - start]))
 
+    chain = graphs.get("collnet_chain")
+    if collnet_setup(paths, graphs, nodes, params).enabled and chain.bw_intra > chain.bw_inter and nranks > nodes:
+        copy_to(len(prev) + len(prev) // 2)  # CollNet: more channels to saturate the NVLinks (not at 1 GPU/node)
     cc_min = min(view.nodes[g].gpu.sm for g in view.gpus())
     fast_sm90 = cc_min >= 90 if minor >= 25 else cc_min == 90
     if fast_sm90 and nodes > 1 and ring.bw_intra > 45.0 and len(prev) < 16:
@@ -324,14 +327,15 @@ def p2p_channels(paths: Paths, n_channels: int, nodes: int, params: Params, rank
     return P2pChannels(p2p_n, per_peer)
 
 
-def format_channel_counts(minor: int, n_channels: int, nvls_channels: int, p2p: P2pChannels) -> str:
-    """init.cc's summary line: collnet channels appear from 2.20 (0 without CollNet in 2.20-2.21,
-    the collective channel count from 2.22)."""
+def format_channel_counts(minor: int, n_channels: int, nvls_channels: int, p2p: P2pChannels,
+                          collnet: bool = False) -> str:
+    """init.cc's summary line: collnet channels appear from 2.20 (comm->collNetChannels in 2.20, the
+    channels CollNet was set up on, else 0; the collective channel count from 2.21)."""
     if minor <= 19:
         return (f"{n_channels} coll channels, {nvls_channels} nvls channels, {p2p.n_channels} p2p channels, "
                 f"{p2p.per_peer} p2p channels per peer")
-    collnet = 0 if minor <= 21 else n_channels
-    return (f"{n_channels} coll channels, {collnet} collnet channels, {nvls_channels} nvls channels, "
+    collnet_n = n_channels if minor >= 21 or collnet else 0
+    return (f"{n_channels} coll channels, {collnet_n} collnet channels, {nvls_channels} nvls channels, "
             f"{p2p.n_channels} p2p channels, {p2p.per_peer} p2p channels per peer")
 
 

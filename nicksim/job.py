@@ -13,6 +13,7 @@ from functools import cached_property
 
 from .catalog import DEFAULT_SYSTEM, load_node
 from .choose import CommState, comm_state
+from .collnet import CollNetSetup, collnet_setup
 from .cluster import Cluster, ClusterSpec, build_cluster
 from .connect import Channels, connect, nvls_heads
 from .constants import DEFAULT_VERSION, parse_version, topo_rules
@@ -100,8 +101,12 @@ class Job:
         return (per_node, tuple(h[0] for h in heads)) if heads else None
 
     @cached_property
+    def collnet(self) -> CollNetSetup:
+        return collnet_setup(self.paths, self.graphs, self.nodes, self.params)
+
+    @cached_property
     def comm(self) -> CommState:
-        return comm_state(self.paths, self.graphs, self.channels.n_channels, self.nodes, self.params)
+        return comm_state(self.paths, self.graphs, self.channels.n_channels, self.nodes, self.params, self.collnet)
 
 
 def load_node_paths(spec: JobSpec, params: Params):

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from .collnet import COLLNET_OFF, CollNetSetup
 from .constants.tuning_tables import PROTOCOLS, TuningTables, tuning_tables
 from .constants.versions import NcclVersion
 from .errors import UsageError
@@ -113,9 +114,10 @@ def format_thread_thresholds(thresholds: ThreadThresholds) -> str:
 class TuneInputs:
     """What ncclTopoTuneModel reads from the communicator.
 
-    `graphs` maps ring/tree/nvls to the searched graphs after init's cross-rank reduction
-    (ring and tree share the smaller channel count); a graph NCCL did not search is absent.
-    `path_rank` orders path names as the release's PATH_* enum does.
+    `graphs` maps ring/tree/collnet_chain/collnet_direct/nvls to the searched graphs after init's
+    cross-rank reduction (ring and tree share the smaller channel count); a graph NCCL did not
+    search is absent. `path_rank` orders path names as the release's PATH_* enum does; `collnet`
+    is the CollNet set-up (off unless a CollNet plugin serves the job and NCCL kept it on).
     """
 
     n_ranks: int
@@ -128,9 +130,11 @@ class TuneInputs:
     graphs: dict
     path_rank: dict
     max_tree_pattern: int
+    collnet: CollNetSetup = COLLNET_OFF
 
 
-def tune_inputs(paths: Paths, graphs: dict[str, Graph], n_nodes: int) -> TuneInputs:
+def tune_inputs(paths: Paths, graphs: dict[str, Graph], n_nodes: int,
+                collnet: CollNetSetup = COLLNET_OFF) -> TuneInputs:
     """The communicator as init.cc hands it to the time model: ring and tree cut to the
     smaller of their channel counts, CPU type of the first CPU, the job's SM range."""
     system = paths.node_system
@@ -146,7 +150,8 @@ def tune_inputs(paths: Paths, graphs: dict[str, Graph], n_nodes: int) -> TuneInp
         n_ranks=n_nodes * len(sms), n_nodes=n_nodes, min_compcap=min(sms), max_compcap=max(sms),
         cpu_arch=cpu.arch if cpu else 0, cpu_vendor=cpu.vendor if cpu else 0,
         nvs_count=len(system.of_kind("NVS")), graphs=reduced,
-        path_rank={name: i for i, name in enumerate(names)}, max_tree_pattern=graphs["tree"].pattern)
+        path_rank={name: i for i, name in enumerate(names)}, max_tree_pattern=graphs["tree"].pattern,
+        collnet=collnet)
 
 
 @dataclass(frozen=True)
@@ -178,11 +183,13 @@ _NO_GRAPH = Graph(id=-1, pattern=0, cross_nic=0, n_channels=0, bw_intra=0.0, bw_
 
 
 def _algo_graphs(inputs: TuneInputs) -> dict[str, Graph]:
-    """init.cc's graphs[] array: {tree, ring, collNetDirect, collNetChain, nvls, nvls, tree}."""
+    """init.cc's graphs[] array: {tree, ring, collNetDirect, collNetChain, nvls, nvls, tree}; until
+    2.21 one CollNet graph serves both CollNet algorithms. Graphs never searched are all zero."""
     g = inputs.graphs
     nvls = g.get("nvls", _NO_GRAPH)
-    return {"Tree": g["tree"], "Ring": g["ring"], "CollNetDirect": _NO_GRAPH, "CollNetChain": _NO_GRAPH,
-            "NVLS": nvls, "NVLSTree": nvls, "PAT": g["tree"]}
+    chain = g.get("collnet_chain", _NO_GRAPH)
+    return {"Tree": g["tree"], "Ring": g["ring"], "CollNetDirect": g.get("collnet_direct", chain),
+            "CollNetChain": chain, "NVLS": nvls, "NVLSTree": nvls, "PAT": g["tree"]}
 
 
 def _n_threads(value: int, low: int, high: int, default: int) -> int:
@@ -238,6 +245,10 @@ class TimeModelRules:
     pat_literal_base: bool
     # CollNet Direct arity serialisation per local rank: 0.5 us in 2.18, 0.4 us from 2.19.
     collnet_arity_us: float
+    # CollNet Direct AllGather/ReduceScatter bandwidth: "interp" (2.20-2.26: ppn x bwIntra, x0.95 at one GPU
+    # per node to x0.85 at eight), "min" (2.27+: ppn x min(bwIntra, 0.9 bwInter), and NVLS and CollNet Direct
+    # across nodes need the plugin's collective and a head per local rank); None before 2.20 (not priced).
+    collnet_ag_rs_bw: str | None
     # 2.18 prices NVLS as baseLat + the NET latency, NVLS Tree as baseLat + 2(nNodes-1) NET latencies.
     nvls_base_latency: bool
     # With one GPU per node the network latency is the Tree's (2.23+).
@@ -283,6 +294,7 @@ def time_model_rules(version: NcclVersion) -> TimeModelRules:
         version=version, ag_rs_algorithms=ag_rs, nvls_bw=nvls_bw, ring_ll_quarter=m <= 20,
         ring_ll128_one_gpu_penalty=m <= 22, pat_bw_factor=0.85 if m == 23 else 0.75, pat_needs_sm60=m >= 26,
         pat_literal_base=m <= 27, collnet_arity_us=0.5 if m <= 18 else 0.4, nvls_base_latency=m <= 18,
+        collnet_ag_rs_bw=None if m <= 19 else "interp" if m <= 26 else "min",
         tree_net_latency_at_one_gpu=m >= 23, ring_allreduce_inter_steps_2n=m <= 22, ag_rs_convert_ring_only=m >= 23,
         per_function_lists=m >= 24, ring_backup=19 <= m <= 23, ring_backup_follows_proto=22 <= m <= 23,
         ring_kept_outside_allreduce=m <= 18, collnet_only_fallback=m <= 23, mixed_vendor_as_amd=m >= 24,
@@ -381,18 +393,49 @@ def _bus_bw(rules: TimeModelRules, inputs: TuneInputs, g: Graph, func: str, algo
     if algo == "PAT":
         bus *= rules.pat_bw_factor
     if algo.startswith("CollNet"):
-        bus = 0.0  # no CollNet plugin: never used
-    if algo == "NVLS" and rules.nvls_bw in ("min_ag_rs", "efficiency") and func in ("AllGather", "ReduceScatter") \
-            and n_nodes > 1:
-        bus = 0.0  # needs CollNet heads across nodes (2.27+)
+        bus = _collnet_bus_bw(rules, inputs, g, func, algo, proto, bus) if proto == "Simple" else 0.0
+    if rules.collnet_ag_rs_bw == "min" and algo in ("NVLS", "CollNetDirect") and n_nodes > 1 \
+            and func in ("AllGather", "ReduceScatter") and not _collnet_gathers(inputs, func):
+        bus = 0.0  # across nodes these run on the CollNet heads, one per local rank
     return bus
+
+
+def _collnet_gathers(inputs: TuneInputs, func: str) -> bool:
+    """Whether AllGather/ReduceScatter may use CollNet across nodes: the plugin has the collective and
+    every local rank has a head of its own (AllGather/ReduceScatter need one NIC per GPU)."""
+    cn = inputs.collnet
+    has_op = cn.iallgather if func == "AllGather" else cn.ireducescatter
+    return cn.enabled and has_op and inputs.n_ranks // inputs.n_nodes <= cn.n_heads
+
+
+def _collnet_bus_bw(rules: TimeModelRules, inputs: TuneInputs, g: Graph, func: str, algo: str, proto: str,
+                    bus: float) -> float:
+    """CollNet Simple bus bandwidth (the chain keeps nChannels x bwIntra)."""
+    if algo != "CollNetDirect" or g.n_channels == 0:
+        return bus  # (never searched: NCCL divides by zero here, then disables the algorithm)
+    ppn = inputs.n_ranks / inputs.n_nodes
+    if func in ("AllGather", "ReduceScatter"):
+        if rules.collnet_ag_rs_bw == "min":
+            return ppn * min(g.bw_intra, g.bw_inter * 0.9)
+        bus = ppn * g.bw_intra
+        if inputs.n_nodes > 1 and not _collnet_gathers(inputs, func):
+            bus = 0.0
+        w = (ppn - 1) / (8 - 1)  # measured at one and eight GPUs per node, interpolated
+        return bus * (w * 0.85 + (1 - w) * 0.95)
+    # Full speed needs a NIC per GPU: discount by the GPU/NIC ratio, halfway.
+    factor = ppn / g.n_channels
+    factor -= (factor - 1) / 2
+    bus /= factor
+    return bus * 0.85 if inputs.min_compcap >= 90 else bus
 
 
 def _algo_bw(rules: TimeModelRules, inputs: TuneInputs, func: str, algo: str, bus: float) -> float:
     """Bus bandwidth to algorithm bandwidth: ring (and NVLS from 2.28) x nRanks/nsteps, NVLS x5/6 before,
-    others x0.5; from 2.23 only the ring converts AllGather/ReduceScatter."""
-    if rules.ag_rs_convert_ring_only and algo != "Ring" and func in ("AllGather", "ReduceScatter"):
-        return bus
+    others x0.5; CollNet Direct AllGather/ReduceScatter stay as they are, and from 2.23 every algorithm
+    but the ring's AllGather/ReduceScatter."""
+    if (rules.ag_rs_convert_ring_only or algo == "CollNetDirect") and algo != "Ring" \
+            and func in ("AllGather", "ReduceScatter"):
+        return bus  # 2.20-2.22 keep CollNet Direct's AllGather/ReduceScatter bus bandwidth too
     n_ranks, n_nodes = inputs.n_ranks, inputs.n_nodes
     if algo == "Ring" or (algo in ("NVLS", "NVLSTree") and rules.nvls_bw == "efficiency"):
         return bus * n_ranks / _ring_steps(func, n_ranks)
@@ -573,11 +616,18 @@ def _enable_lists(rules, algorithms, inputs, params) -> tuple[list[list[int]], l
         index = {a: i for i, a in enumerate(algorithms)}
         if inputs.n_nodes == 1:
             algo_on[index["NVLSTree"]] = 0
-        algo_on[index["CollNetDirect"]] = algo_on[index["CollNetChain"]] = 0  # no CollNet plugin
-        if inputs.n_nodes > 1:
-            algo_on[index["NVLS"]] = 0
-        if rules.collnet_only_fallback and not any(algo_on[index[a]] for a in ("Ring", "Tree", "NVLS", "NVLSTree")):
-            algo_on[index["Ring"]] = algo_on[index["Tree"]] = 1  # NCCL_ALGO=COLLNET alone is ignored
+        collnet = inputs.collnet
+        if not collnet.enabled:
+            algo_on[index["CollNetDirect"]] = algo_on[index["CollNetChain"]] = 0
+            if inputs.n_nodes > 1:
+                algo_on[index["NVLS"]] = 0  # NVLS across nodes runs over CollNet
+            if rules.collnet_only_fallback and not any(algo_on[index[a]]
+                                                       for a in ("Ring", "Tree", "NVLS", "NVLSTree")):
+                algo_on[index["Ring"]] = algo_on[index["Tree"]] = 1  # NCCL_ALGO=COLLNET alone is ignored
+        if inputs.nvs_count == 0:
+            algo_on[index["CollNetDirect"]] = 0  # CollNet Direct needs an NVSwitch
+        if collnet.enabled and not collnet.chain_support:
+            algo_on[index["CollNetChain"]] = 0  # chain heads without CollNet resources (2.30)
         protos.append(proto_on)
         algos.append(algo_on)
     return protos, algos
