@@ -22,6 +22,7 @@ from .fill import FillOptions
 from .hardware import FABRICS, fabric, gpu_model
 from .params import Params
 from .paths import Paths, compute_paths
+from .plan_collnet import CollNetLayout
 from .search import Graph, search_graphs
 from .topo import System, build_system
 
@@ -103,6 +104,20 @@ class Job:
     @cached_property
     def collnet(self) -> CollNetSetup:
         return collnet_setup(self.paths, self.graphs, self.nodes, self.params)
+
+    def collnet_layout(self) -> CollNetLayout | None:
+        """CollNet's heads and chains inside a node (connect.cc connectCollNet and the chain preset),
+        None while CollNet is off."""
+        if not self.collnet.enabled:
+            return None
+        per_node = len(self.paths.node_system.gpus())
+        chain = self.graphs["collnet_chain"]
+        direct = self.graphs.get("collnet_direct", chain)
+        local = [tuple(r % per_node for r in channel) for channel in direct.intra]
+        heads = tuple(dict.fromkeys(order[0] for order in local))
+        # Head i connects to the GPUs of graph channel i (not necessarily the channel it heads first).
+        return CollNetLayout(per_node, heads, tuple(local[i] for i in range(len(heads))),
+                             tuple(tuple(r % per_node for r in channel) for channel in chain.intra))
 
     @cached_property
     def comm(self) -> CommState:

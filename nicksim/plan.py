@@ -16,8 +16,8 @@ all_gather and reduce_scatter.
 
 Modelled: NCCL 2.22+ channel partition (2.19-2.21 stripe chunks over channels instead and
 are refused); ring programs for the five collectives, tree all_reduce, single-node NVLS
-all_reduce, NVLSTree all_reduce, and PAT all_gather / reduce_scatter (plan_pat.py, 2.26+).
-CollNet plans carry their sizes but no programs yet.
+all_reduce, NVLSTree all_reduce, PAT all_gather / reduce_scatter (plan_pat.py, 2.26+), and
+CollNet Direct and Chain all_reduce (plan_collnet.py), whose network side is the CollNet switch.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from .calls import Call
 from .choose import Choice, CommState, choose
 from .errors import NickSimError, UsageError
+from .plan_collnet import (COLLNET_SWITCH, CollNetLayout, collnet_chain_allreduce, collnet_chunk_nbytes,
+                           collnet_direct_allreduce)
 from .plan_pat import PatSlots, pat_ops
 
 __all__ = ["ChannelPart", "Plan", "Prim", "Stream", "ChannelProgram", "PlanCheckError", "plan_call",
@@ -86,8 +88,9 @@ def _log2i(n: int) -> int:
     return n.bit_length() - 1 if n > 0 else 0
 
 
-def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int) -> int:
-    """calcCollChunking for one channel holding `nbytes` of global (not traffic) bytes."""
+def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_channels: int = 1) -> int:
+    """calcCollChunking for `n_channels` channels holding `nbytes` of global (not traffic) bytes
+    (one channel's part, or every channel of a CollNet-scheduled call)."""
     algorithm, protocol = choice.algorithm, choice.protocol
     p = ("LL", "LL128", "Simple").index(protocol)
     step = comm.buff_nbytes[p] // NCCL_STEPS
@@ -98,12 +101,15 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int) -> i
         chunk //= 2
     if protocol == "LL128":
         chunk = (chunk // 16) * 15  # NCCL_LL128_LINEELEMS / NCCL_LL128_DATAELEMS
+    if algorithm.startswith("CollNet"):
+        return collnet_chunk_nbytes(algorithm, nbytes, n_channels, comm.collnet_direct_heads, comm.local_ranks,
+                                    step, comm.buff_nbytes[2] // NCCL_STEPS)
     if algorithm == "NVLS":
         limit = comm.nvls_chunk_nbytes
         if comm.n_nodes > 1 and comm.table.bw("AllReduce", "NVLS", "Simple") < 150:
             limit = 32768
         chunk = min(chunk, limit)
-        ops = comm.nvls_heads
+        ops = n_channels * comm.nvls_heads
         for factor, floor in ((64, 65536), (8, 32768), (2, 16384)):
             if nbytes < factor * ops * chunk and chunk > floor:
                 chunk = floor
@@ -125,6 +131,11 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int) -> i
         while chunk * factor > nbytes and chunk > 65536:
             chunk //= 2
     return chunk
+
+
+def _collnet_scheduled(comm: CommState, choice: Choice) -> bool:
+    """enqueue.cc `isCollnet`: CollNet algorithms, and NVLS across nodes (which runs over CollNet)."""
+    return choice.algorithm.startswith("CollNet") or (choice.algorithm == "NVLS" and comm.n_nodes > 1)
 
 
 def _chunk_steps(call: Call) -> tuple[int, int]:
@@ -217,7 +228,12 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
     grain = proto_grain_nbytes(choice.protocol)
     global_per_elem = elem * (call.nranks if call.collective in ("all_gather", "reduce_scatter") else 1)
     parts = []
-    if call.count > 0:
+    if _collnet_scheduled(comm, choice):
+        # Every channel takes the whole count; the kernel strides through it by channel.
+        n_ch = min(choice.max_channels, comm.n_channels)
+        chunk = _chunk_nbytes(comm, call, choice, global_per_elem * call.count, n_ch) // grain * grain
+        parts = [ChannelPart(c, 0, call.count, chunk, chunk // elem) for c in range(n_ch)]
+    elif call.count > 0:
         for channel, offset, count in _partition(comm, call, choice):
             chunk = _chunk_nbytes(comm, call, choice, global_per_elem * count)
             parts.append(ChannelPart(channel, offset, count, chunk, (chunk // grain) * (grain // elem)))
@@ -234,7 +250,8 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
 @dataclass(frozen=True)
 class Prim:
     """One device primitive: `op` over `nelem` elements at `offset` of the call's element space,
-    receiving from `recv_from` and sending to `send_to` (ranks; -2 is the NVLS multicast switch).
+    receiving from `recv_from` and sending to `send_to` (ranks; -2 is the NVLS multicast switch,
+    -3 the CollNet switch) over connection `conn` of each peer.
     nelem may be 0: NCCL still runs the step (it carries no data but keeps the FIFOs in step).
     PAT primitives (patReduce, patCopy) also carry their step-buffer coordinates in `pat`."""
 
@@ -244,6 +261,7 @@ class Prim:
     recv_from: tuple[int, ...] = ()
     send_to: tuple[int, ...] = ()
     pat: PatSlots | None = None
+    conn: int = 0  # connIndex: CollNet Direct scatters and reduces on connection 1, gathers and broadcasts on 0
 
 
 @dataclass(frozen=True)
@@ -465,12 +483,14 @@ def nvls_tree_links(n_nodes: int, per_node: int, heads_local: tuple[int, ...], r
 
 
 def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, rank: int,
-                  nvls: tuple[int, tuple[int, ...]] | None = None) -> tuple[ChannelProgram, ...]:
+                  nvls: tuple[int, tuple[int, ...]] | None = None,
+                  collnet: CollNetLayout | None = None) -> tuple[ChannelProgram, ...]:
     """The primitive programs `rank` runs for `plan`, one per channel the plan uses.
 
     `rings[c]` is channel c's ring as rank 0 prints it (starting at rank 0); `trees[c]` maps a
     rank to (up, (down0, down1, down2)) on channel c (only needed for Tree); `nvls` is (GPUs per
-    node, the local ranks heading NVLS chunks in head order), needed for NVLSTree.
+    node, the local ranks heading NVLS chunks in head order), needed for NVLSTree; `collnet` is
+    the CollNet heads and chains (plan_collnet.py), needed for CollNet.
     """
     call, algorithm = plan.call, plan.algorithm
     programs = []
@@ -497,10 +517,18 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             streams = _nvls_tree_allreduce(plan, part, head, len(heads_local), up, children)
         elif algorithm == "PAT" and call.collective in ("all_gather", "reduce_scatter"):
             streams = _pat_streams(plan, part, rank)
+        elif algorithm in ("CollNetDirect", "CollNetChain") and call.collective == "all_reduce" \
+                and collnet is not None:
+            if algorithm == "CollNetDirect":
+                groups = collnet_direct_allreduce(Prim, part.count, c, plan.n_channels, part.chunk_count, collnet, rank)
+            else:
+                groups = collnet_chain_allreduce(Prim, part.count, c, plan.n_channels, part.chunk_count, collnet,
+                                                 rank, c)
+            streams = tuple(Stream(name, tuple(prims)) for name, prims in groups.items())
         else:
             raise UsageError(f"primitive programs for {algorithm} {call.collective} are not modelled yet",
                              "plan", "Ring (all collectives), Tree all_reduce, NVLS and NVLSTree all_reduce, "
-                             "PAT all_gather and reduce_scatter")
+                             "PAT all_gather and reduce_scatter, CollNet all_reduce")
         programs.append(ChannelProgram(c, streams))
     return tuple(programs)
 
@@ -571,6 +599,8 @@ class _Executor:
         self.outputs: dict[int, list] = {r: [] for r in programs}
         self.switch: dict[tuple, set] = {}
         self.multicast: dict[tuple, frozenset] = {}
+        self.n_nodes = max(1, len(programs) // per_node)
+        self.collnet: dict[tuple, dict[int, frozenset]] = {}  # (channel, offset, nelem) -> {node: partial sum}
         self.streams = [(rank, prog.channel, stream.name, list(stream.prims))
                         for rank, progs in programs.items() for prog in progs for stream in prog.streams]
         self.local = per_node
@@ -594,20 +624,29 @@ class _Executor:
         return rank // self.per_node, channel, prim.offset, prim.nelem
 
     def _ready(self, rank, channel, prim) -> bool:
-        peers = [src for src in prim.recv_from if src != NVLS_SWITCH]
+        peers = [src for src in prim.recv_from if src not in (NVLS_SWITCH, COLLNET_SWITCH)]
+        if COLLNET_SWITCH in prim.recv_from:
+            if len(self.collnet.get((channel, prim.offset, prim.nelem), ())) != self.n_nodes:
+                return False
         if NVLS_SWITCH in prim.recv_from and prim.op != "nvlsGather":
             if len(self.switch.get(self._key(rank, channel, prim), ())) != self.local:
                 return False
         if prim.op == "nvlsGather":
             return self._key(rank, channel, prim) in self.multicast
-        return all(self.fifos.get((channel, src, rank)) for src in peers)
+        return all(self.fifos.get((channel, src, rank, prim.conn)) for src in peers)
 
     def _pop(self, rank, channel, prim) -> frozenset:
         value: frozenset = frozenset()
         for src in prim.recv_from:
             if src == NVLS_SWITCH:
                 continue
-            offset, nelem, got = self.fifos[(channel, src, rank)].pop(0)
+            if src == COLLNET_SWITCH:  # the switch's sum over every node's head
+                got = frozenset().union(*self.collnet[(channel, prim.offset, prim.nelem)].values())
+                if value & got:
+                    self._fail(rank, channel, prim, f"ranks {sorted(value & got)} would be reduced twice")
+                value |= got
+                continue
+            offset, nelem, got = self.fifos[(channel, src, rank, prim.conn)].pop(0)
             if (offset, nelem) != (prim.offset, prim.nelem):
                 self._fail(rank, channel, prim, f"received {offset}+{nelem} from rank {src}")
             if value & got:
@@ -643,7 +682,7 @@ class _Executor:
                 self.multicast[key] = value
             for dst in prim.send_to:
                 if dst != NVLS_SWITCH:
-                    self.fifos.setdefault((channel, rank, dst), []).append((prim.offset, prim.nelem, value))
+                    self.fifos.setdefault((channel, rank, dst, prim.conn), []).append((prim.offset, prim.nelem, value))
             return
         if op == "nvlsGather":
             self.outputs[rank].append((prim.offset, prim.nelem, self.multicast[key]))
@@ -659,7 +698,20 @@ class _Executor:
         if op in ("copySend", "copy", "recvReduceCopySend", "recvReduceCopy", "recvCopySend", "recv"):
             self.outputs[rank].append((prim.offset, prim.nelem, value))
         for dst in prim.send_to:
-            self.fifos.setdefault((channel, rank, dst), []).append((prim.offset, prim.nelem, value))
+            if dst == COLLNET_SWITCH:
+                self._collnet_in(rank, channel, prim, value)
+            else:
+                self.fifos.setdefault((channel, rank, dst, prim.conn), []).append((prim.offset, prim.nelem, value))
+
+    def _collnet_in(self, rank, channel, prim, value) -> None:
+        """A head hands its node's partial sum of a chunk to the CollNet switch (one per node)."""
+        node = rank // self.per_node
+        sums = self.collnet.setdefault((channel, prim.offset, prim.nelem), {})
+        if node in sums:
+            self._fail(rank, channel, prim, f"node {node} sent this chunk to the CollNet switch twice")
+        if any(value & other for other in sums.values()):
+            self._fail(rank, channel, prim, "the CollNet switch would reduce a rank twice")
+        sums[node] = value
 
     # PAT: per-connection step buffers, filled at offsets and posted by step (prims_simple.h patReduce/patCopy)
 

@@ -1,0 +1,180 @@
+"""CollNet (SHARP) set-up and choice: init.cc / coll_net.cc / enqueue.cc of 2.18.6-2.30.7.
+
+The time model itself is checked against NCCL's own TUNING tables and ncclTopoGetAlgoTime with an
+emulated SHARP plugin (tests/test_tuning.py, goldens `*.collnet*`)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_cli
+from nicksim.calls import call_for_size
+from nicksim.choose import _candidates, _collnet_direct_channels, choose, forced_choice
+from nicksim.collnet import collnet_supported
+from nicksim.job import JobSpec, load_job
+from nicksim.params import read_params
+from nicksim.plan import ChannelProgram, PlanCheckError, Stream, check_programs, plan_call, rank_programs
+from nicksim.plan_collnet import collnet_chunk_nbytes
+from nicksim.tuning import algo_time
+
+COLLNET = {"NCCL_COLLNET_ENABLE": "1"}
+
+
+def job_of(nodes=2, version="2.30", env=None, sharp=True, **spec):
+    return load_job(JobSpec(system="dgx-h100", nodes=nodes, nccl_version=version, sharp=sharp, **spec),
+                    read_params(COLLNET if env is None else env))
+
+
+def call(job, collective, nbytes, op="sum", dtype="float"):
+    return call_for_size(collective, nbytes, dtype, op, 0, job.nranks)
+
+
+@pytest.fixture(scope="module")
+def sharp2():
+    return job_of()
+
+
+def test_collnet_needs_the_plugin_the_variable_and_two_nodes():
+    assert job_of().collnet.enabled
+    assert not job_of(sharp=False).collnet.enabled  # no CollNet plugin behind the NICs
+    assert not job_of(env={}).collnet.enabled  # NCCL_COLLNET_ENABLE defaults to 0
+    assert not job_of(nodes=1).collnet.enabled  # NCCL_COLLNET_NODE_THRESHOLD 2
+    assert not job_of(env={**COLLNET, "NCCL_COLLNET_NODE_THRESHOLD": "3"}).collnet.enabled
+    assert job_of(nodes=4, env={**COLLNET, "NCCL_COLLNET_NODE_THRESHOLD": "3"}).collnet.enabled
+
+
+def test_heads_are_the_gpus_next_to_a_nic():
+    # One head per NIC rail: the first GPU of each CollNet Direct channel, duplicates dropped.
+    assert job_of().collnet.heads == tuple(range(8))
+    assert job_of(nics_per_node=4).collnet.n_heads == 4
+    assert job_of(nics_per_node=2).collnet.n_heads == 2
+    # 2.18-2.19 keep one head per channel of the single CollNet graph.
+    old = job_of(version="2.19")
+    assert old.collnet.n_heads == old.graphs["collnet_chain"].n_channels
+
+
+def test_sharp_reduces_sum_min_max_but_not_prod():
+    sharp = job_of().collnet
+    for op in ("sum", "min", "max", "avg"):
+        assert collnet_supported(sharp, "AllReduce", op, "bfloat16")
+    assert not collnet_supported(sharp, "AllReduce", "prod", "float")
+    assert not collnet_supported(sharp, "AllReduce", "sum", "f8e4m3")
+    assert collnet_supported(sharp, "AllGather", "prod", "f8e4m3")  # no reduction: any type
+
+
+def test_without_collnet_support_for_the_op_neither_collnet_nor_nvls_crosses_nodes(sharp2):
+    priced = {a for a, _ in _candidates(sharp2.comm, call(sharp2, "all_reduce", 1 << 26))}
+    assert {"CollNetDirect", "CollNetChain", "NVLS"} <= priced
+    priced = {a for a, _ in _candidates(sharp2.comm, call(sharp2, "all_reduce", 1 << 26, op="prod"))}
+    assert not priced & {"CollNetDirect", "CollNetChain", "NVLS"}
+
+
+def test_multi_node_nvls_all_gather_is_priced_from_2_27():
+    # enqueue.cc 2.19-2.26: "we only support single-node NVLS allgather and reducescatter".
+    for version, expected in (("2.26", False), ("2.27", True), ("2.30", True)):
+        job = job_of(version=version)
+        priced = {a for a, _ in _candidates(job.comm, call(job, "all_gather", 1 << 26))}
+        assert ("NVLS" in priced) == expected, version
+
+
+def test_the_choice_is_the_cheapest_pair_with_collnet(sharp2):
+    table = sharp2.comm.table
+    for size in (1 << 10, 1 << 20, 1 << 24, 1 << 30):
+        for collective, func in (("all_reduce", "AllReduce"), ("all_gather", "AllGather")):
+            got = choose(sharp2.comm, call(sharp2, collective, size))
+            times = [algo_time(table, sharp2.comm.inputs, func, a, p, size, sharp2.comm.n_channels).time_us
+                     for a, p in _candidates(sharp2.comm, call(sharp2, collective, size))]
+            assert got.time_us == min(t for t in times if t >= 0)
+    # SHARP takes a 16 MiB AllGather across two DGX H100 (CollNet Direct, one NIC per GPU).
+    assert choose(sharp2.comm, call(sharp2, "all_gather", 1 << 24)).algorithm == "CollNetDirect"
+
+
+def test_collnet_direct_channel_tuning_by_hand():
+    # enqueue.cc: nc drops while nbytes < nc x 640 threads x 8 heads x threshold, pausing at 16, 8, 4, 2, 1;
+    # the threshold (512) halves on the way through 12, 6 and 3 channels.
+    assert _collnet_direct_channels(1 << 30, 16, 640, 8, 512) == (16, 512)
+    # 16 MiB: the threshold halves to 256 at 12 channels; 11 x 640 x 8 x 256 = 14.4 MB is below 16.8 MB: stop.
+    assert _collnet_direct_channels(1 << 24, 16, 640, 8, 512) == (11, 256)
+    # 1 MiB: the threshold is 64 from 3 channels on, and 2 x 640 x 8 x 64 = 655,360 is the first product below.
+    assert _collnet_direct_channels(1 << 20, 16, 640, 8, 512) == (2, 64)
+    assert _collnet_direct_channels(8, 16, 640, 8, 512)[0] == 1
+
+
+def test_forced_collnet_direct_uses_the_direct_heads(sharp2):
+    got = forced_choice(sharp2.comm, call(sharp2, "all_reduce", 1 << 24), "CollNetDirect", "Simple")
+    assert sharp2.comm.collnet_direct_heads == 8
+    assert (got.max_channels, got.n_threads) == (11, 640)
+
+
+def test_collnet_raises_the_channel_count_when_its_chain_is_faster_inside_the_node():
+    # connect.cc: nChannels + nChannels/2 when the chain's bwIntra > bwInter and ppn > 1 (4 NICs for 8 GPUs).
+    plain = job_of(nics_per_node=4, env={})
+    sharp = job_of(nics_per_node=4)
+    chain = sharp.graphs["collnet_chain"]
+    assert chain.bw_intra > chain.bw_inter
+    assert sharp.channels.n_channels == plain.channels.n_channels * 3 // 2
+
+
+SIZES = (0, 4, 100, 12292, 1 << 20, 3 * (1 << 20) + 20)
+
+
+def all_programs(job, plan):
+    return {r: rank_programs(plan, job.channels.rings, {}, r, None, job.collnet_layout()) for r in range(job.nranks)}
+
+
+@pytest.mark.parametrize("shape", [{}, {"nics_per_node": 4}, {"nics_per_node": 3}, {"gpus_per_node": 1},
+                                   {"gpus_per_node": 6}])
+def test_collnet_all_reduce_plans_produce_every_byte_once(shape):
+    # 8, 4, 3 heads for 8 GPUs; one GPU per node (no scatter, the head talks to the switch alone); 6 GPUs.
+    for nodes in (2, 3):
+        job = job_of(nodes=nodes, **shape)
+        for algorithm in ("CollNetDirect", "CollNetChain"):
+            for size in SIZES:
+                c = call(job, "all_reduce", size)
+                plan = plan_call(job.comm, c, forced_choice(job.comm, c, algorithm, "Simple"))
+                assert all((p.offset, p.count) == (0, c.count) for p in plan.parts)  # the kernel strides by channel
+                check_programs(c, all_programs(job, plan), len(job.paths.node_system.gpus()))
+
+
+def test_collnet_chunk_sizes_by_hand():
+    # calcCollChunking, Direct: one Simple step (512 KiB) halved while nbytes / (channels x heads x chunk) is below
+    # depth (2) x 64 down to 128 KiB, then x 8 down to 64 KiB and 32 KiB.
+    direct = lambda nbytes, nc: collnet_chunk_nbytes("CollNetDirect", nbytes, nc, 8, 8, 524288, 524288)  # noqa: E731
+    assert direct(1 << 30, 16) == 131072  # 1 GiB / (16 x 8 x 128 KiB) = 64 >= 16
+    assert direct(1 << 26, 16) == 32768  # 64 MiB: 4 chunks per head and channel at 128 KiB, 8 at 64 KiB: < 16
+    # Chain: min(256 KiB, one Simple step), halved below depth (8 GPUs) x 64, x 8, x 1 chunks per channel.
+    chain = lambda nbytes, nc: collnet_chunk_nbytes("CollNetChain", nbytes, nc, 8, 8, 524288, 524288)  # noqa: E731
+    assert chain(1 << 26, 16) == 65536  # 64 MiB: 32 chunks of 128 KiB per channel < 8 x 8; 64 of 64 KiB are not
+    assert chain(1 << 34, 16) == 262144
+
+
+def test_the_checker_catches_a_broken_collnet_plan(sharp2):
+    c = call(sharp2, "all_reduce", 1 << 20)
+    plan = plan_call(sharp2.comm, c, forced_choice(sharp2.comm, c, "CollNetDirect", "Simple"))
+    programs = all_programs(sharp2, plan)
+    # Node 1's head 0 never hands its partial sums to the switch: node 0's head waits forever.
+    progs = list(programs[8])
+    first = progs[0]
+    streams = tuple(Stream(s.name, ()) if s.name == "reduce" else s for s in first.streams)
+    programs[8] = (ChannelProgram(first.channel, streams),) + tuple(progs[1:])
+    with pytest.raises(PlanCheckError):
+        check_programs(c, programs, 8)
+
+
+def test_nvls_across_nodes_is_planned_like_collnet(sharp2):
+    c = call(sharp2, "all_reduce", 1 << 24)
+    choice = choose(sharp2.comm, c)
+    assert choice.algorithm == "NVLS"
+    plan = plan_call(sharp2.comm, c)
+    assert len(plan.parts) == min(choice.max_channels, sharp2.comm.n_channels)
+    assert all((p.offset, p.count) == (0, c.count) for p in plan.parts)
+
+
+def test_cli_search_and_perf_with_sharp():
+    result = run_cli("search", "dgx-h100", "--sharp", "--nodes", "2", "--env", "NCCL_COLLNET_ENABLE=1")
+    assert result.returncode == 0, result.stderr
+    assert "16 coll channels, 16 collnet channels" in result.stdout
+    assert "priced as NCCL does" in result.stderr
+    result = run_cli("perf", "all_gather", "--sharp", "--nodes", "2", "-b", "16M", "-e", "16M",
+                     "-J", "/dev/stdout", env=COLLNET)
+    assert result.returncode == 0, result.stderr
+    assert '"algorithm": "CollNetDirect"' in result.stdout
