@@ -16,8 +16,9 @@ all_gather and reduce_scatter.
 
 Modelled: NCCL 2.22+ channel partition (2.19-2.21 stripe chunks over channels instead and
 are refused); ring programs for the five collectives, tree all_reduce, single-node NVLS
-all_reduce, NVLSTree all_reduce, PAT all_gather / reduce_scatter (plan_pat.py, 2.26+), and
-CollNet Direct and Chain all_reduce (plan_collnet.py), whose network side is the CollNet switch.
+all_reduce, NVLS all_reduce across nodes, NVLSTree all_reduce, PAT all_gather / reduce_scatter
+(plan_pat.py, 2.26+), and CollNet Direct and Chain all_reduce (plan_collnet.py); across nodes
+NVLS and CollNet reduce through the CollNet switch.
 """
 from __future__ import annotations
 
@@ -230,7 +231,7 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
     parts = []
     if _collnet_scheduled(comm, choice):
         # Every channel takes the whole count; the kernel strides through it by channel.
-        n_ch = min(choice.max_channels, comm.n_channels)
+        n_ch = choice.max_channels
         chunk = _chunk_nbytes(comm, call, choice, global_per_elem * call.count, n_ch) // grain * grain
         parts = [ChannelPart(c, 0, call.count, chunk, chunk // elem) for c in range(n_ch)]
     elif call.count > 0:
@@ -422,6 +423,34 @@ def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, n_heads: int) -> t
     return tuple(streams)
 
 
+def _nvls_collnet_allreduce(plan: Plan, part: ChannelPart, rank: int, per_node: int,
+                            heads_local: tuple[int, ...]) -> tuple[Stream, ...]:
+    """NVLS across nodes (all_reduce.h, CollNet-scheduled): every rank scatters chunk h of a loop of
+    channels x heads chunks into its node's multicast buffer; head h reduces it through the switch and
+    sends it to the CollNet switch, receives the sum over all nodes and multicasts it; every rank
+    gathers chunk h."""
+    n_heads, chunk, count = len(heads_local), part.chunk_count, part.count
+    loop = plan.n_channels * n_heads * chunk
+    local = rank % per_node
+    head = heads_local.index(local) if local in heads_local else -1
+    scatter, gather, reduce, bcast = [], [], [], []
+    grid = 0
+    while grid < count:
+        offset = grid + part.channel * n_heads * chunk
+        pieces = [(offset + h * chunk, max(0, min(chunk, count - offset - h * chunk))) for h in range(n_heads)]
+        scatter += [Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces]
+        gather += [Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces]
+        if head >= 0:
+            o, n = pieces[head]
+            reduce.append(Prim("nvlsReduceSend", o, n, recv_from=(NVLS_SWITCH,), send_to=(COLLNET_SWITCH,)))
+            bcast.append(Prim("nvlsRecvMulticast", o, n, recv_from=(COLLNET_SWITCH,), send_to=(NVLS_SWITCH,)))
+        grid += loop
+    streams = [Stream("scatter", tuple(scatter)), Stream("gather", tuple(gather))]
+    if head >= 0:
+        streams += [Stream("reduce", tuple(reduce)), Stream("bcast", tuple(bcast))]
+    return tuple(streams)
+
+
 def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int, up: int,
                          children: tuple[int, ...]) -> tuple[Stream, ...]:
     """NVLSTree all_reduce (all_reduce.h): every rank scatters into its node's multicast buffers and
@@ -511,6 +540,9 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             streams = _tree_allreduce(part, up, down)
         elif algorithm == "NVLS" and call.collective == "all_reduce" and plan.nvls_heads == call.nranks:
             streams = _nvls_allreduce(plan, part, rank, plan.nvls_heads)
+        elif algorithm == "NVLS" and call.collective == "all_reduce" and nvls is not None \
+                and call.nranks > nvls[0]:
+            streams = _nvls_collnet_allreduce(plan, part, rank, *nvls)
         elif algorithm == "NVLSTree" and call.collective == "all_reduce" and nvls is not None:
             per_node, heads_local = nvls
             head, up, children = nvls_tree_links(call.nranks // per_node, per_node, heads_local, rank, c)
@@ -681,7 +713,9 @@ class _Executor:
                     self._fail(rank, channel, prim, "multicast twice")
                 self.multicast[key] = value
             for dst in prim.send_to:
-                if dst != NVLS_SWITCH:
+                if dst == COLLNET_SWITCH:
+                    self._collnet_in(rank, channel, prim, value)
+                elif dst != NVLS_SWITCH:
                     self.fifos.setdefault((channel, rank, dst, prim.conn), []).append((prim.offset, prim.nelem, value))
             return
         if op == "nvlsGather":

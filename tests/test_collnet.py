@@ -165,8 +165,22 @@ def test_nvls_across_nodes_is_planned_like_collnet(sharp2):
     choice = choose(sharp2.comm, c)
     assert choice.algorithm == "NVLS"
     plan = plan_call(sharp2.comm, c)
-    assert len(plan.parts) == min(choice.max_channels, sharp2.comm.n_channels)
+    assert len(plan.parts) == choice.max_channels
     assert all((p.offset, p.count) == (0, c.count) for p in plan.parts)
+
+
+@pytest.mark.parametrize("version", ["2.22", "2.30"])
+@pytest.mark.parametrize("shape", [{}, {"nics_per_node": 4}, {"gpus_per_node": 6}])
+def test_nvls_across_nodes_programs_produce_every_byte_once(version, shape):
+    # Heads reduce their node's chunk through the NVLink switch, add the other nodes' through the CollNet
+    # switch and multicast the sum back: 8 heads, 4 heads for 8 GPUs (4 NICs), 6 GPUs.
+    for nodes in (2, 3):
+        job = job_of(nodes=nodes, version=version, **shape)
+        for size in SIZES:
+            c = call(job, "all_reduce", size)
+            plan = plan_call(job.comm, c, forced_choice(job.comm, c, "NVLS", "Simple"))
+            programs = {r: rank_programs(plan, job.channels.rings, {}, r, job.nvls_layout()) for r in range(job.nranks)}
+            check_programs(c, programs, len(job.paths.node_system.gpus()))
 
 
 def test_cli_search_and_perf_with_sharp():
