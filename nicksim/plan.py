@@ -17,8 +17,8 @@ all_gather and reduce_scatter.
 Modelled: NCCL 2.22+ channel partition (2.19-2.21 stripe chunks over channels instead and
 are refused); ring programs for the five collectives, tree all_reduce, single-node NVLS
 all_reduce, NVLS all_reduce across nodes, NVLSTree all_reduce, PAT all_gather / reduce_scatter
-(plan_pat.py, 2.26+), and CollNet Direct and Chain all_reduce (plan_collnet.py); across nodes
-NVLS and CollNet reduce through the CollNet switch.
+(plan_pat.py, 2.26+), CollNet Direct all_reduce / all_gather / reduce_scatter and CollNet Chain
+all_reduce (plan_collnet.py); across nodes NVLS and CollNet go through the CollNet switch.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from .calls import Call
 from .choose import Choice, CommState, choose
 from .errors import NickSimError, UsageError
 from .plan_collnet import (COLLNET_SWITCH, CollNetLayout, collnet_chain_allreduce, collnet_chunk_nbytes,
-                           collnet_direct_allreduce)
+                           collnet_direct_allgather, collnet_direct_allreduce, collnet_direct_reducescatter)
 from .plan_pat import PatSlots, pat_ops
 
 __all__ = ["ChannelPart", "Plan", "Prim", "Stream", "ChannelProgram", "PlanCheckError", "plan_call",
@@ -549,6 +549,12 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             streams = _nvls_tree_allreduce(plan, part, head, len(heads_local), up, children)
         elif algorithm == "PAT" and call.collective in ("all_gather", "reduce_scatter"):
             streams = _pat_streams(plan, part, rank)
+        elif algorithm == "CollNetDirect" and call.collective in ("all_gather", "reduce_scatter") \
+                and collnet is not None:
+            build = collnet_direct_allgather if call.collective == "all_gather" else collnet_direct_reducescatter
+            groups = build(Prim, part.count, c, plan.n_channels, part.chunk_count, collnet, rank,
+                           call.nranks // collnet.per_node)
+            streams = tuple(Stream(name, tuple(prims)) for name, prims in groups.items())
         elif algorithm in ("CollNetDirect", "CollNetChain") and call.collective == "all_reduce" \
                 and collnet is not None:
             if algorithm == "CollNetDirect":
@@ -658,7 +664,9 @@ class _Executor:
     def _ready(self, rank, channel, prim) -> bool:
         peers = [src for src in prim.recv_from if src not in (NVLS_SWITCH, COLLNET_SWITCH)]
         if COLLNET_SWITCH in prim.recv_from:
-            if len(self.collnet.get((channel, prim.offset, prim.nelem), ())) != self.n_nodes:
+            # The switch reduces a chunk once every node has sent it; it gathers a piece from its one owner.
+            wanted = 1 if self.call.collective == "all_gather" else self.n_nodes
+            if len(self.collnet.get((channel, prim.offset, prim.nelem), ())) != wanted:
                 return False
         if NVLS_SWITCH in prim.recv_from and prim.op != "nvlsGather":
             if len(self.switch.get(self._key(rank, channel, prim), ())) != self.local:

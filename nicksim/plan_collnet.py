@@ -15,13 +15,22 @@ that they do not all hit the same head first (`shift`).
 
 CollNet Chain: the node's GPUs form a chain (the CollNet chain graph's channel order); partial sums
 travel up to its first GPU, which talks to the switch; the result travels back down.
+
+CollNet Direct AllGather / ReduceScatter (all_gather.h, reduce_scatter.h; one head per GPU): head r
+serves rail r, the pieces of the ranks with head index r on every node, laid end to end node after
+node (nNodes x count elements). Channel `bid` takes chunk `bid` of each loop over that rail space.
+AllGather: each rank sends its own piece of the chunk to the switch, receives the whole chunk from
+it and forwards it to the node's other heads, and receives their rails from them. ReduceScatter:
+each rank sends every other head its input for that head's rail, adds what it receives to its own
+input for its rail and sends the node's sum to the switch, which returns each node its own piece.
+A chunk that spans two nodes' pieces is two pieces here (NCCL copies it in one step).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 __all__ = ["COLLNET_SWITCH", "CollNetLayout", "collnet_chunk_nbytes", "collnet_direct_allreduce",
-           "collnet_chain_allreduce"]
+           "collnet_chain_allreduce", "collnet_direct_allgather", "collnet_direct_reducescatter"]
 
 # The CollNet switch: NCCL's rank nRanks (direct->out, collnetChain.up of the chain's first GPU).
 COLLNET_SWITCH = -3
@@ -130,3 +139,87 @@ def collnet_chain_allreduce(prim, count: int, bid: int, n_channels: int, chunk: 
             reduce.append(prim("recvReduceSend", *piece, recv_from=(down,), send_to=(up,), conn=1))
             bcast.append(prim("recvCopySend", *piece, recv_from=(up,), send_to=(down,)))
     return {"reduce": reduce, "bcast": bcast}
+
+
+def _rail_pieces(layout: CollNetLayout, count: int, n_nodes: int, rail: int, begin: int, end: int):
+    """The element ranges of rail `rail`'s [begin, end): one per node piece it touches."""
+    pieces = []
+    node = begin // count if count else 0
+    pos = begin
+    while pos < end:
+        node_end = (node + 1) * count
+        delta = min(end, node_end) - pos
+        owner = node * layout.per_node + layout.heads[rail]
+        pieces.append((owner * count + pos - node * count, delta))
+        pos += delta
+        node += 1
+    return pieces
+
+
+def _rails(layout: CollNetLayout, rank: int):
+    """(head index of `rank`, the other heads' indices in NCCL's order: the next head first)."""
+    local = rank % layout.per_node
+    n = len(layout.heads)
+    if n != layout.per_node:
+        from .errors import UsageError
+        raise UsageError(f"CollNet Direct AllGather/ReduceScatter needs a CollNet head per GPU ({n} heads for "
+                         f"{layout.per_node} GPUs per node)", "plan", "as many NICs as GPUs per node")
+    me = layout.heads.index(local)
+    return me, [(me + k) % n for k in range(1, n)]
+
+
+def _rail_chunks(count: int, n_nodes: int, bid: int, n_channels: int, chunk: int):
+    total = n_nodes * count
+    for grid in _loops(total, n_channels * chunk):
+        begin = min(grid + bid * chunk, total)
+        yield begin, min(begin + chunk, total)
+
+
+def collnet_direct_allgather(prim, count: int, bid: int, n_channels: int, chunk: int, layout: CollNetLayout,
+                             rank: int, n_nodes: int) -> dict[str, list]:
+    """Send the rank's own piece to the switch; receive the rail's chunk, forward it to the other heads;
+    receive theirs."""
+    me, others = _rails(layout, rank)
+    node = rank // layout.per_node
+    base = node * layout.per_node
+    peers = tuple(base + layout.heads[r] for r in others)
+    own = (node * count, (node + 1) * count)
+    send, net, gather = [], [], []
+    for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
+        lo, hi = max(begin, own[0]), min(end, own[1])
+        if hi > lo:
+            send.append(prim("send", rank * count + lo - own[0], hi - lo, send_to=(COLLNET_SWITCH,), conn=1))
+        for piece in _rail_pieces(layout, count, n_nodes, me, begin, end):
+            if peers:
+                net.append(prim("recvCopySend", *piece, recv_from=(COLLNET_SWITCH,), send_to=peers))
+            else:
+                net.append(prim("recv", *piece, recv_from=(COLLNET_SWITCH,)))
+        for rail, peer in zip(others, peers):
+            gather += [prim("recv", *piece, recv_from=(peer,))
+                       for piece in _rail_pieces(layout, count, n_nodes, rail, begin, end)]
+    return {"send": send, "net": net, "gather": gather}
+
+
+def collnet_direct_reducescatter(prim, count: int, bid: int, n_channels: int, chunk: int, layout: CollNetLayout,
+                                 rank: int, n_nodes: int) -> dict[str, list]:
+    """Send each other head its rail's input; reduce the rank's rail from them and its own input into the
+    switch; receive the rank's own piece of the sum over nodes."""
+    me, others = _rails(layout, rank)
+    node = rank // layout.per_node
+    base = node * layout.per_node
+    peers = tuple(base + layout.heads[r] for r in others)
+    own = (node * count, (node + 1) * count)
+    scatter, reduce, net = [], [], []
+    for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
+        for rail, peer in zip(others, peers):
+            scatter += [prim("send", *piece, send_to=(peer,), conn=1)
+                        for piece in _rail_pieces(layout, count, n_nodes, rail, begin, end)]
+        for piece in _rail_pieces(layout, count, n_nodes, me, begin, end):
+            if peers:
+                reduce.append(prim("recvReduceSend", *piece, recv_from=peers, send_to=(COLLNET_SWITCH,), conn=1))
+            else:
+                reduce.append(prim("send", *piece, send_to=(COLLNET_SWITCH,), conn=1))
+        lo, hi = max(begin, own[0]), min(end, own[1])
+        if hi > lo:
+            net.append(prim("recv", rank * count + lo - own[0], hi - lo, recv_from=(COLLNET_SWITCH,)))
+    return {"scatter": scatter, "reduce": reduce, "net": net}

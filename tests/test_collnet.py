@@ -10,6 +10,7 @@ from conftest import run_cli
 from nicksim.calls import call_for_size
 from nicksim.choose import _candidates, _collnet_direct_channels, choose, forced_choice
 from nicksim.collnet import collnet_supported
+from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import ChannelProgram, PlanCheckError, Stream, check_programs, plan_call, rank_programs
@@ -192,3 +193,35 @@ def test_cli_search_and_perf_with_sharp():
                      "-J", "/dev/stdout", env=COLLNET)
     assert result.returncode == 0, result.stderr
     assert '"algorithm": "CollNetDirect"' in result.stdout
+
+
+@pytest.mark.parametrize("shape", [{}, {"gpus_per_node": 1}, {"gpus_per_node": 6}])
+def test_collnet_all_gather_and_reduce_scatter_programs_produce_every_byte_once(shape):
+    # One rail per GPU: 8 and 6 GPUs with a NIC each, and one GPU per node (no local peer at all).
+    for nodes in (2, 3):
+        job = job_of(nodes=nodes, **shape)
+        for collective in ("all_gather", "reduce_scatter"):
+            for size in SIZES:
+                c = call(job, collective, size)
+                plan = plan_call(job.comm, c, forced_choice(job.comm, c, "CollNetDirect", "Simple"))
+                check_programs(c, all_programs(job, plan), len(job.paths.node_system.gpus()))
+
+
+def test_collnet_all_gather_needs_a_head_per_gpu():
+    job = job_of(nics_per_node=4)
+    c = call(job, "all_gather", 1 << 20)
+    assert choose(job.comm, c).algorithm != "CollNetDirect"  # priced at 0: 8 local ranks, 4 heads
+    plan = plan_call(job.comm, c, forced_choice(job.comm, c, "CollNetDirect", "Simple"))
+    with pytest.raises(UsageError, match="a CollNet head per GPU"):
+        all_programs(job, plan)
+
+
+def test_the_checker_catches_a_lost_rail(sharp2):
+    c = call(sharp2, "all_gather", 1 << 20)
+    plan = plan_call(sharp2.comm, c, forced_choice(sharp2.comm, c, "CollNetDirect", "Simple"))
+    programs = all_programs(sharp2, plan)
+    first = programs[3][0]  # rank 3 never receives the other heads' rails on channel 0
+    programs[3] = (ChannelProgram(first.channel, tuple(Stream(s.name, ()) if s.name == "gather" else s
+                                                      for s in first.streams)),) + programs[3][1:]
+    with pytest.raises(PlanCheckError):
+        check_programs(c, programs, 8)
