@@ -15,7 +15,7 @@ SM90 GPUs joined by n NVLinks (20.6 GB/s each in its tables) finds floor(n x 20.
 60 GB/s, duplicates them at half speed and connect doubles them again, so 24 channels need 18 links
 (NVML reporting NV18); 12 links, the 600 GB/s of the datasheet at 50 GB/s per link, give 16. (Checked
 against NCCL 2.18.6 and 2.19.4's own search: 6, 12 and 18 links give 4, 8 and 12 search channels.)
-The file below is that machine as NCCL would dump it: two H100 PCIe (10de:2331) on a CPU, 18 links
+tests/golden/topologies/nccl-issue-1161.xml is that machine as NCCL would dump it: two H100 PCIe (10de:2331) on a CPU, 18 links
 each way; the CPU model is not in the log and does not take part in the graphs.
 
 Finding. The log's trees point the same way on all 24 channels; NCCL's own tree search (2.17.1 and
@@ -29,7 +29,11 @@ from __future__ import annotations
 
 import re
 
-from conftest import run_cli
+from pathlib import Path
+
+from conftest import REPO, run_cli
+
+TOPOLOGY = REPO / "tests" / "golden" / "topologies" / "nccl-issue-1161.xml"
 
 LOG_TREE = "1/-1/-1->0->-1"
 LOG_TREES = "Trees " + " ".join(f"[{c}] {LOG_TREE}" for c in range(24))
@@ -53,8 +57,13 @@ def _trees(stdout):
     return dict(re.findall(r"\[(\d+)\] (\S+)", line))
 
 
-def test_24_channels_and_the_logged_trees(tmp_path):
-    out = run_cli("search", _topology(tmp_path / "h100pcie.xml", 18), "--nccl-version", "2.18")
+def test_the_stored_topology_is_the_one_rebuilt_here(tmp_path):
+    rebuilt = _topology(tmp_path / "nv18.xml", 18)
+    assert TOPOLOGY.read_text().split("-->\n", 1)[1] == Path(rebuilt).read_text()
+
+
+def test_24_channels_and_the_logged_trees():
+    out = run_cli("search", str(TOPOLOGY), "--nccl-version", "2.18")
     assert out.returncode == 0, out.stderr
     assert re.search(r"^24 coll channels", out.stdout, re.M)
     assert "Channel 23/24 :    0   1" in out.stdout

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import need_validation, run_cli
+from conftest import REPO, need_validation, run_cli
 
 TOPO = "topologies"
 # case: (collectives, system arguments, sweep, why the arguments are what they are)
@@ -36,6 +36,9 @@ CASES = {
             "8 RTX 4090 without P2P (stock driver, first table); release not printed"),
     "C19": (["all_reduce", "all_gather", "broadcast", "reduce", "alltoall"], ["--system", "pcie-2x-rtx2080ti"],
             ["-b", "8", "-e", "1G"], "2 RTX 2080 Ti, P2P not supported; release not printed"),
+    "C20b": (["all_reduce"], ["--system", "tests/golden/topologies/nccl-issue-1161.xml", "--nccl-version", "2.18"],
+             ["-b", "1G", "-e", "4G"],
+             "2 H100 PCIe with an NVLink bridge, one process; the system rebuilt from its log (18 NVLinks)"),
     "C20c": (["all_reduce"], ["--system", "dgx-h100", "--nodes", "2", "--gpus-per-node", "4", "--nics-per-node", "4",
                               "--env", "NCCL_CROSS_NIC=0"], ["-b", "2M", "-e", "8M"],
              "2 nodes x 4 H100 (GPUs 0,2,4,6 with their 4 NICs), NCCL_CROSS_NIC=0; release not printed"),
@@ -50,7 +53,8 @@ def _case_file(case: str) -> str:
 def test_model_beside_measurement(case):
     shared = need_validation()
     collectives, system, sweep, _ = CASES[case]
-    system = [str(shared / a) if a.startswith(TOPO) else a for a in system]
+    system = [str(shared / a) if a.startswith(TOPO) else str(REPO / a) if a.startswith("tests/") else a
+              for a in system]
     for coll in collectives:
         out = run_cli("perf", coll, *system, *sweep, "--compare", str(shared / _case_file(case)))
         assert out.returncode == 0, f"{case} {coll}: {out.stderr}"
