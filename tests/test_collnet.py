@@ -4,16 +4,21 @@ The time model itself is checked against NCCL's own TUNING tables and ncclTopoGe
 emulated SHARP plugin (tests/test_tuning.py, goldens `*.collnet*`)."""
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
 from conftest import run_cli
 from nicksim.calls import call_for_size
-from nicksim.choose import _candidates, _collnet_direct_channels, choose, forced_choice
+from nicksim.choose import Choice, _candidates, _collnet_direct_channels, choose, forced_choice
 from nicksim.collnet import collnet_supported
 from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import ChannelProgram, PlanCheckError, Stream, check_programs, plan_call, rank_programs
+from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, _chunk_nbytes, check_programs, plan_call,
+                          rank_programs)
 from nicksim.plan_collnet import collnet_chunk_nbytes
 from nicksim.tuning import algo_time
 
@@ -146,6 +151,35 @@ def test_collnet_chunk_sizes_by_hand():
     chain = lambda nbytes, nc: collnet_chunk_nbytes("CollNetChain", nbytes, nc, 8, 8, 524288, 524288)  # noqa: E731
     assert chain(1 << 26, 16) == 65536  # 64 MiB: 32 chunks of 128 KiB per channel < 8 x 8; 64 of 64 KiB are not
     assert chain(1 << 34, 16) == 262144
+
+
+CHUNKS = Path(__file__).parent / "golden" / "nccl-chunk"
+
+
+class _NvlsBandwidth:
+    def __init__(self, bw_gbps):
+        self.bw_gbps = bw_gbps
+
+    def bw(self, func, algorithm, protocol):
+        return self.bw_gbps
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CHUNKS.glob("*.txt.gz")))
+def test_chunk_sizes_match_nccls_calc_coll_chunking(name):
+    """CollNet Direct, CollNet Chain and NVLS chunks as NCCL's own enqueue.cc computes them
+    (tests/golden/nccl-chunk/README.md), for a communicator with just the fields it reads."""
+    lines = gzip.decompress((CHUNKS / name).read_bytes()).decode().split()
+    rows = [lines[i:i + 9] for i in range(0, len(lines), 9)]
+    assert len(rows) > 2000
+    for algorithm, nch, nbytes, heads, per_node, buff, nvls_bw, nodes, chunk in rows:
+        comm = SimpleNamespace(buff_nbytes=(512 * 1024, 4915200, int(buff)), nvls_chunk_nbytes=131072,
+                               n_nodes=int(nodes), table=_NvlsBandwidth(float(nvls_bw)), nvls_heads=int(heads),
+                               collnet_direct_heads=int(heads), local_ranks=int(per_node),
+                               nranks=int(nodes) * int(per_node), nvls_tree_max_chunk_nbytes=131072)
+        c = call_for_size("all_reduce", 8, "float", "sum", 0, comm.nranks)
+        choice = Choice(algorithm, "Simple", int(nch), 640, 0.0)
+        ours = _chunk_nbytes(comm, c, choice, int(nbytes), int(nch)) // 512 * 512  # whole Simple grains
+        assert ours == int(chunk), (algorithm, nch, nbytes, heads, per_node, buff, nvls_bw)
 
 
 def test_the_checker_catches_a_broken_collnet_plan(sharp2):
