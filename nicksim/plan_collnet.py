@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import UsageError
+
 __all__ = ["COLLNET_SWITCH", "CollNetLayout", "collnet_chunk_nbytes", "collnet_direct_allreduce",
            "collnet_chain_allreduce", "collnet_direct_allgather", "collnet_direct_reducescatter"]
 
@@ -156,16 +158,25 @@ def _rail_pieces(layout: CollNetLayout, count: int, n_nodes: int, rail: int, beg
     return pieces
 
 
-def _rails(layout: CollNetLayout, rank: int):
-    """(head index of `rank`, the other heads' indices in NCCL's order: the next head first)."""
+def _rails(layout: CollNetLayout, rank: int, count: int):
+    """The rank's view of the rails: its head index, the other heads' indices in NCCL's order (the
+    next head first), those heads' ranks, and where its node's pieces sit in the rail space."""
     local = rank % layout.per_node
     n = len(layout.heads)
     if n != layout.per_node:
-        from .errors import UsageError
         raise UsageError(f"CollNet Direct AllGather/ReduceScatter needs a CollNet head per GPU ({n} heads for "
                          f"{layout.per_node} GPUs per node)", "plan", "as many NICs as GPUs per node")
     me = layout.heads.index(local)
-    return me, [(me + k) % n for k in range(1, n)]
+    others = [(me + k) % n for k in range(1, n)]
+    node = rank // layout.per_node
+    peers = tuple(node * layout.per_node + layout.heads[r] for r in others)
+    return me, others, peers, (node * count, (node + 1) * count)
+
+
+def _own_piece(rank: int, count: int, own: tuple[int, int], begin: int, end: int):
+    """The part of [begin, end) of the rank's rail that is its own node's piece (None if empty)."""
+    lo, hi = max(begin, own[0]), min(end, own[1])
+    return (rank * count + lo - own[0], hi - lo) if hi > lo else None
 
 
 def _rail_chunks(count: int, n_nodes: int, bid: int, n_channels: int, chunk: int):
@@ -179,16 +190,12 @@ def collnet_direct_allgather(prim, count: int, bid: int, n_channels: int, chunk:
                              rank: int, n_nodes: int) -> dict[str, list]:
     """Send the rank's own piece to the switch; receive the rail's chunk, forward it to the other heads;
     receive theirs."""
-    me, others = _rails(layout, rank)
-    node = rank // layout.per_node
-    base = node * layout.per_node
-    peers = tuple(base + layout.heads[r] for r in others)
-    own = (node * count, (node + 1) * count)
+    me, others, peers, own = _rails(layout, rank, count)
     send, net, gather = [], [], []
     for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
-        lo, hi = max(begin, own[0]), min(end, own[1])
-        if hi > lo:
-            send.append(prim("send", rank * count + lo - own[0], hi - lo, send_to=(COLLNET_SWITCH,), conn=1))
+        piece = _own_piece(rank, count, own, begin, end)
+        if piece:
+            send.append(prim("send", *piece, send_to=(COLLNET_SWITCH,), conn=1))
         for piece in _rail_pieces(layout, count, n_nodes, me, begin, end):
             if peers:
                 net.append(prim("recvCopySend", *piece, recv_from=(COLLNET_SWITCH,), send_to=peers))
@@ -204,11 +211,7 @@ def collnet_direct_reducescatter(prim, count: int, bid: int, n_channels: int, ch
                                  rank: int, n_nodes: int) -> dict[str, list]:
     """Send each other head its rail's input; reduce the rank's rail from them and its own input into the
     switch; receive the rank's own piece of the sum over nodes."""
-    me, others = _rails(layout, rank)
-    node = rank // layout.per_node
-    base = node * layout.per_node
-    peers = tuple(base + layout.heads[r] for r in others)
-    own = (node * count, (node + 1) * count)
+    me, others, peers, own = _rails(layout, rank, count)
     scatter, reduce, net = [], [], []
     for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
         for rail, peer in zip(others, peers):
@@ -219,7 +222,7 @@ def collnet_direct_reducescatter(prim, count: int, bid: int, n_channels: int, ch
                 reduce.append(prim("recvReduceSend", *piece, recv_from=peers, send_to=(COLLNET_SWITCH,), conn=1))
             else:
                 reduce.append(prim("send", *piece, send_to=(COLLNET_SWITCH,), conn=1))
-        lo, hi = max(begin, own[0]), min(end, own[1])
-        if hi > lo:
-            net.append(prim("recv", rank * count + lo - own[0], hi - lo, recv_from=(COLLNET_SWITCH,)))
+        piece = _own_piece(rank, count, own, begin, end)
+        if piece:
+            net.append(prim("recv", *piece, recv_from=(COLLNET_SWITCH,)))
     return {"scatter": scatter, "reduce": reduce, "net": net}
