@@ -6,8 +6,9 @@ by node); rings are chained node to node (odd nodes swap channel pairs when the 
 a second NIC, to stay on rails); the inter-node tree is the double binary tree over nodes, hung off
 each node's chain head; channels are then doubled, raised by half when CollNet runs and its chain
 is faster inside the node than across, doubled again for SM90+ multi-node rings faster than
-45 GB/s with fewer than 16 channels, and bounded by NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS. The result, Channels, is one rank's view; `format_channels` prints NCCL's
-`Channel 00/16 :` ring lines and its `Trees [0] ...` line.
+45 GB/s with fewer than 16 channels, and bounded by NCCL_MIN/MAX_NCHANNELS and NCCL_MIN/MAX_CTAS.
+The result, Channels, is one rank's view; `format_channels` prints NCCL's `Channel 00/16 :` ring
+lines and its `Trees [0] ...` line.
 
 Modelled: jobs whose nodes are identical and whose rank view holds the whole node.
 """
