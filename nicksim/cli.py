@@ -217,23 +217,29 @@ def _job_spec(args) -> JobSpec:
                    sharp=args.sharp, rank=getattr(args, "rank", 0))
 
 
-def _load(args, params: Params) -> Job:
-    """The job the SYSTEM options describe, with the topology's notes said on stderr."""
+def _load(args, params: Params, searched: bool = True) -> Job:
+    """The job the SYSTEM options describe, with the topology's notes said on stderr (and, for the
+    commands that search, why CollNet is off where it was asked for)."""
     job = load_job(_job_spec(args), params)
     _warn(job.system.notes)
     _warn(job.paths.notes)
-    _warn(_collnet_notes(job.spec.sharp, params))
+    _warn(_collnet_notes(job, params, searched))
     return job
 
 
-def _collnet_notes(sharp: bool, params: Params) -> list[str]:
-    collnet = params.get("NCCL_COLLNET_ENABLE") == 1
-    if sharp and not collnet:
+def _collnet_notes(job: Job, params: Params, searched: bool) -> list[str]:
+    wanted = params.get("NCCL_COLLNET_ENABLE") == 1
+    if job.spec.sharp and not wanted:
         return ["--sharp: the CollNet plugin serves every NIC, but NCCL uses it only with NCCL_COLLNET_ENABLE=1"]
-    if sharp and collnet:
-        return ["CollNet: searched, set up and priced as NCCL does; per-channel plans of the CollNet "
-                "algorithms are not modelled yet"]
-    return []
+    if wanted and not job.spec.sharp:
+        return ["NCCL_COLLNET_ENABLE=1: no CollNet plugin serves these NICs (--sharp adds one), so CollNet stays off"]
+    if not (wanted and searched) or job.collnet.enabled:
+        return []
+    threshold = params.get("NCCL_COLLNET_NODE_THRESHOLD")
+    if job.nodes < threshold:  # init.cc's own words
+        return [f"NCCL INFO Communicator has {job.nodes} nodes which is less than CollNet node threshold "
+                f"{threshold}, disabling CollNet"]
+    return ["CollNet stays off: the CollNet chain graph found no channel"]
 
 
 def _run_search(args, params: Params) -> int:
@@ -376,7 +382,7 @@ def _debug_subsys(params: Params, name: str) -> bool:
 
 
 def _run_topo(args, params: Params) -> int:
-    job = _load(args, params)
+    job = _load(args, params, searched=False)
     filled, paths, cluster = job.filled, job.paths, job.cluster
     dump = args.dump_xml or params.get("NCCL_TOPO_DUMP_FILE")
     if dump:

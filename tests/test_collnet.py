@@ -222,7 +222,11 @@ def test_cli_search_and_perf_with_sharp():
     result = run_cli("search", "dgx-h100", "--sharp", "--nodes", "2", "--env", "NCCL_COLLNET_ENABLE=1")
     assert result.returncode == 0, result.stderr
     assert "16 coll channels, 16 collnet channels" in result.stdout
-    assert "priced as NCCL does" in result.stderr
+    assert result.stderr == ""
+    one = run_cli("search", "dgx-h100", "--sharp", "--env", "NCCL_COLLNET_ENABLE=1")
+    assert "Communicator has 1 nodes which is less than CollNet node threshold 2, disabling CollNet" in one.stderr
+    plain = run_cli("search", "dgx-h100", "--nodes", "2", "--env", "NCCL_COLLNET_ENABLE=1")
+    assert "no CollNet plugin serves these NICs" in plain.stderr
     result = run_cli("perf", "all_gather", "--sharp", "--nodes", "2", "-b", "16M", "-e", "16M",
                      "-J", "/dev/stdout", env=COLLNET)
     assert result.returncode == 0, result.stderr
