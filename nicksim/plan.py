@@ -28,7 +28,8 @@ from .calls import Call
 from .choose import Choice, CommState, choose
 from .errors import NickSimError, UsageError
 from .plan_collnet import (COLLNET_SWITCH, CollNetLayout, collnet_chain_allreduce, collnet_chunk_nbytes,
-                           collnet_direct_allgather, collnet_direct_allreduce, collnet_direct_reducescatter)
+                           collnet_direct_allgather, collnet_direct_allreduce, collnet_direct_reducescatter,
+                           nvls_collnet_allgather, nvls_collnet_reducescatter)
 from .plan_pat import PatSlots, pat_ops
 
 __all__ = ["ChannelPart", "Plan", "Prim", "Stream", "ChannelProgram", "PlanCheckError", "plan_call",
@@ -543,6 +544,12 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
         elif algorithm == "NVLS" and call.collective == "all_reduce" and nvls is not None \
                 and call.nranks > nvls[0]:
             streams = _nvls_collnet_allreduce(plan, part, rank, *nvls)
+        elif algorithm == "NVLS" and call.collective in ("all_gather", "reduce_scatter") and nvls is not None \
+                and call.nranks > nvls[0]:
+            build = nvls_collnet_allgather if call.collective == "all_gather" else nvls_collnet_reducescatter
+            groups = build(Prim, part.count, c, plan.n_channels, part.chunk_count, nvls[0], nvls[1], rank,
+                           call.nranks // nvls[0], NVLS_SWITCH)
+            streams = tuple(Stream(name, tuple(prims)) for name, prims in groups.items())
         elif algorithm == "NVLSTree" and call.collective == "all_reduce" and nvls is not None:
             per_node, heads_local = nvls
             head, up, children = nvls_tree_links(call.nranks // per_node, per_node, heads_local, rank, c)
@@ -566,7 +573,7 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
         else:
             raise UsageError(f"primitive programs for {algorithm} {call.collective} are not modelled yet",
                              "plan", "Ring (all collectives), Tree all_reduce, NVLS and NVLSTree all_reduce, "
-                             "PAT all_gather and reduce_scatter, CollNet all_reduce")
+                             "PAT all_gather and reduce_scatter, CollNet, NVLS across nodes")
         programs.append(ChannelProgram(c, streams))
     return tuple(programs)
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from .errors import UsageError
 
 __all__ = ["COLLNET_SWITCH", "CollNetLayout", "collnet_chunk_nbytes", "collnet_direct_allreduce",
-           "collnet_chain_allreduce", "collnet_direct_allgather", "collnet_direct_reducescatter"]
+           "collnet_chain_allreduce", "collnet_direct_allgather", "collnet_direct_reducescatter",
+           "nvls_collnet_allgather", "nvls_collnet_reducescatter"]
 
 # The CollNet switch: NCCL's rank nRanks (direct->out, collnetChain.up of the chain's first GPU).
 COLLNET_SWITCH = -3
@@ -143,33 +144,34 @@ def collnet_chain_allreduce(prim, count: int, bid: int, n_channels: int, chunk: 
     return {"reduce": reduce, "bcast": bcast}
 
 
-def _rail_pieces(layout: CollNetLayout, count: int, n_nodes: int, rail: int, begin: int, end: int):
-    """The element ranges of rail `rail`'s [begin, end): one per node piece it touches."""
+def _rail_pieces(per_node: int, heads: tuple[int, ...], count: int, rail: int, begin: int, end: int):
+    """The element ranges of rail `rail`'s [begin, end): one per node piece it touches (rail r of node n
+    is the rank with local rank heads[r]: collNetDenseToUserRank)."""
     pieces = []
     node = begin // count if count else 0
     pos = begin
     while pos < end:
         node_end = (node + 1) * count
         delta = min(end, node_end) - pos
-        owner = node * layout.per_node + layout.heads[rail]
+        owner = node * per_node + heads[rail]
         pieces.append((owner * count + pos - node * count, delta))
         pos += delta
         node += 1
     return pieces
 
 
-def _rails(layout: CollNetLayout, rank: int, count: int):
+def _rails(per_node: int, heads: tuple[int, ...], rank: int, count: int, what: str = "CollNet Direct"):
     """The rank's view of the rails: its head index, the other heads' indices in NCCL's order (the
     next head first), those heads' ranks, and where its node's pieces sit in the rail space."""
-    local = rank % layout.per_node
-    n = len(layout.heads)
-    if n != layout.per_node:
-        raise UsageError(f"CollNet Direct AllGather/ReduceScatter needs a CollNet head per GPU ({n} heads for "
-                         f"{layout.per_node} GPUs per node)", "plan", "as many NICs as GPUs per node")
-    me = layout.heads.index(local)
+    local = rank % per_node
+    n = len(heads)
+    if n != per_node:
+        raise UsageError(f"{what} AllGather/ReduceScatter needs a head per GPU ({n} heads for "
+                         f"{per_node} GPUs per node)", "plan", "as many NICs as GPUs per node")
+    me = heads.index(local)
     others = [(me + k) % n for k in range(1, n)]
-    node = rank // layout.per_node
-    peers = tuple(node * layout.per_node + layout.heads[r] for r in others)
+    node = rank // per_node
+    peers = tuple(node * per_node + heads[r] for r in others)
     return me, others, peers, (node * count, (node + 1) * count)
 
 
@@ -190,20 +192,20 @@ def collnet_direct_allgather(prim, count: int, bid: int, n_channels: int, chunk:
                              rank: int, n_nodes: int) -> dict[str, list]:
     """Send the rank's own piece to the switch; receive the rail's chunk, forward it to the other heads;
     receive theirs."""
-    me, others, peers, own = _rails(layout, rank, count)
+    me, others, peers, own = _rails(layout.per_node, layout.heads, rank, count)
     send, net, gather = [], [], []
     for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
         piece = _own_piece(rank, count, own, begin, end)
         if piece:
             send.append(prim("send", *piece, send_to=(COLLNET_SWITCH,), conn=1))
-        for piece in _rail_pieces(layout, count, n_nodes, me, begin, end):
+        for piece in _rail_pieces(layout.per_node, layout.heads, count, me, begin, end):
             if peers:
                 net.append(prim("recvCopySend", *piece, recv_from=(COLLNET_SWITCH,), send_to=peers))
             else:
                 net.append(prim("recv", *piece, recv_from=(COLLNET_SWITCH,)))
         for rail, peer in zip(others, peers):
             gather += [prim("recv", *piece, recv_from=(peer,))
-                       for piece in _rail_pieces(layout, count, n_nodes, rail, begin, end)]
+                       for piece in _rail_pieces(layout.per_node, layout.heads, count, rail, begin, end)]
     return {"send": send, "net": net, "gather": gather}
 
 
@@ -211,17 +213,55 @@ def collnet_direct_reducescatter(prim, count: int, bid: int, n_channels: int, ch
                                  rank: int, n_nodes: int) -> dict[str, list]:
     """Send each other head its rail's input; reduce the rank's rail from them and its own input into the
     switch; receive the rank's own piece of the sum over nodes."""
-    me, others, peers, own = _rails(layout, rank, count)
+    me, others, peers, own = _rails(layout.per_node, layout.heads, rank, count)
     scatter, reduce, net = [], [], []
     for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
         for rail, peer in zip(others, peers):
             scatter += [prim("send", *piece, send_to=(peer,), conn=1)
-                        for piece in _rail_pieces(layout, count, n_nodes, rail, begin, end)]
-        for piece in _rail_pieces(layout, count, n_nodes, me, begin, end):
+                        for piece in _rail_pieces(layout.per_node, layout.heads, count, rail, begin, end)]
+        for piece in _rail_pieces(layout.per_node, layout.heads, count, me, begin, end):
             if peers:
                 reduce.append(prim("recvReduceSend", *piece, recv_from=peers, send_to=(COLLNET_SWITCH,), conn=1))
             else:
                 reduce.append(prim("send", *piece, send_to=(COLLNET_SWITCH,), conn=1))
+        piece = _own_piece(rank, count, own, begin, end)
+        if piece:
+            net.append(prim("recv", *piece, recv_from=(COLLNET_SWITCH,)))
+    return {"scatter": scatter, "reduce": reduce, "net": net}
+
+
+def nvls_collnet_allgather(prim, count: int, bid: int, n_channels: int, chunk: int, per_node: int,
+                           heads: tuple[int, ...], rank: int, n_nodes: int, nvls_switch: int) -> dict[str, list]:
+    """NVLS AllGather across nodes (all_gather.h, 2.27+): send the rank's own piece to the CollNet switch;
+    head r receives rail r's chunk and stores it through the NVLink switch's multicast; every rank reads
+    every rail from the multicast buffers."""
+    me, _, _, own = _rails(per_node, heads, rank, count, "NVLS")
+    send, bcast, gather = [], [], []
+    for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
+        piece = _own_piece(rank, count, own, begin, end)
+        if piece:
+            send.append(prim("send", *piece, send_to=(COLLNET_SWITCH,), conn=1))
+        bcast += [prim("nvlsRecvMulticast", *p, recv_from=(COLLNET_SWITCH,), send_to=(nvls_switch,))
+                  for p in _rail_pieces(per_node, heads, count, me, begin, end)]
+        for rail in range(len(heads)):
+            gather += [prim("nvlsGather", *p, recv_from=(nvls_switch,))
+                       for p in _rail_pieces(per_node, heads, count, rail, begin, end)]
+    return {"send": send, "bcast": bcast, "gather": gather}
+
+
+def nvls_collnet_reducescatter(prim, count: int, bid: int, n_channels: int, chunk: int, per_node: int,
+                               heads: tuple[int, ...], rank: int, n_nodes: int, nvls_switch: int) -> dict[str, list]:
+    """NVLS ReduceScatter across nodes (reduce_scatter.h, 2.27+): every rank scatters each rail's input
+    into the multicast buffers; head r reduces rail r through the NVLink switch and sends the node's sum
+    to the CollNet switch; each rank receives its own piece of the sum over nodes."""
+    me, _, _, own = _rails(per_node, heads, rank, count, "NVLS")
+    scatter, reduce, net = [], [], []
+    for begin, end in _rail_chunks(count, n_nodes, bid, n_channels, chunk):
+        for rail in range(len(heads)):
+            scatter += [prim("nvlsScatter", *p, send_to=(nvls_switch,))
+                        for p in _rail_pieces(per_node, heads, count, rail, begin, end)]
+        reduce += [prim("nvlsReduceSend", *p, recv_from=(nvls_switch,), send_to=(COLLNET_SWITCH,))
+                   for p in _rail_pieces(per_node, heads, count, me, begin, end)]
         piece = _own_piece(rank, count, own, begin, end)
         if piece:
             net.append(prim("recv", *piece, recv_from=(COLLNET_SWITCH,)))

@@ -29,6 +29,7 @@ from .paths import Paths, _get_local, _local_gpu_of_net, _local_net, _table
 from .topo import CPU_ARCH, CPU_VENDOR, System
 
 __all__ = [
+    "nvls_initialised",
     "Graph",
     "RING",
     "BALANCED_TREE",
@@ -1184,6 +1185,19 @@ def _collnet_wanted(paths: Paths, params: Params) -> bool:
     return collnet_enabled(paths.node_system, params)
 
 
+def nvls_initialised(system: System, params: Params) -> bool:
+    """ncclNvlsInit's early returns (transport/nvls.cc): NVLS is off with NCCL_NVLS_ENABLE=0 and for
+    two GPUs or fewer (fewer than two from 2.28); 2.20 also turns it off across an MNNVL domain.
+    Whether the GPUs can multicast at all (SM90+ behind an NVSwitch) the NVLS search itself decides."""
+    if params.get("NCCL_NVLS_ENABLE") == 0:
+        return False
+    minor = system.rules.version.minor
+    if minor == 20 and len(system.host_hashes) > 1:
+        return False
+    gpus = len(system.gpus())
+    return gpus >= 2 if minor >= 28 else gpus > 2
+
+
 def collnet_direct_graph_id(minor: int) -> int:
     """init.cc: the CollNet Direct graph is id 2 in 2.22 and 4 from 2.23 (2.18-2.21 search one
     CollNet graph, id 2, which both CollNet algorithms use)."""
@@ -1212,7 +1226,7 @@ def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
         graphs["collnet_chain"] = compute(TREE, 2, ring.n_channels, ring.n_channels, 1)
         if minor >= 22:
             graphs["collnet_direct"] = compute(COLLNET_DIRECT, collnet_direct_graph_id(minor), 1, MAXCHANNELS, 1)
-    if params.get("NCCL_NVLS_ENABLE") != 0:
+    if nvls_initialised(paths.system, params):
         nvls = compute(NVLS, 3, 1, MAXCHANNELS)
         if nvls.n_channels:
             graphs["nvls"] = nvls

@@ -165,3 +165,13 @@ def test_which_calls_may_use_nvls_per_release():
     assert _nvls_priced(job_of(version="2.25", system="gb200-nvl72"), "all_gather") == {"NVLSTree"}
     assert _nvls_priced(job_of(version="2.27", system="gb200-nvl72"), "all_gather") == set()
     assert _nvls_priced(job_of(version="2.27", system="gb200-nvl72"), "all_reduce") == {"NVLS", "NVLSTree"}
+
+
+def test_nvls_is_initialised_only_for_enough_gpus():
+    """transport/nvls.cc ncclNvlsInit: no NVLS for two GPUs or fewer until 2.27, for one from 2.28
+    (checked against NCCL's own init emulation on DGX H100 with 1, 2 and 3 GPUs per node)."""
+    for version, gpus, expected in (("2.22", 2, False), ("2.22", 3, True), ("2.27", 2, False),
+                                    ("2.28", 1, False), ("2.28", 2, True), ("2.30", 2, True)):
+        job = job_of(version=version, gpus_per_node=gpus)
+        assert ("nvls" in job.graphs) == expected, (version, gpus)
+        assert (job.comm.nvls_channels > 0) == expected

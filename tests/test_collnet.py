@@ -263,3 +263,20 @@ def test_the_checker_catches_a_lost_rail(sharp2):
                                                       for s in first.streams)),) + programs[3][1:]
     with pytest.raises(PlanCheckError):
         check_programs(c, programs, 8)
+
+
+@pytest.mark.parametrize("shape", [{}, {"gpus_per_node": 6}])
+def test_nvls_all_gather_and_reduce_scatter_across_nodes_produce_every_byte_once(shape):
+    # 2.27+: head r receives rail r from the CollNet switch and multicasts it (all_gather), or reduces rail r
+    # through the NVLink switch into the CollNet switch (reduce_scatter); every GPU is a head.
+    for nodes in (2, 3):
+        job = job_of(nodes=nodes, version="2.30", **shape)
+        for collective in ("all_gather", "reduce_scatter"):
+            for size in SIZES:
+                c = call(job, collective, size)
+                plan = plan_call(job.comm, c, forced_choice(job.comm, c, "NVLS", "Simple"))
+                programs = {r: rank_programs(plan, job.channels.rings, {}, r, job.nvls_layout())
+                            for r in range(job.nranks)}
+                check_programs(c, programs, len(job.paths.node_system.gpus()))
+    old = job_of(version="2.27")  # 2.27 prices NVLS there below CollNet Direct: 1 MiB all_gather takes NVLS
+    assert choose(old.comm, call(old, "all_gather", 1 << 20)).algorithm == "NVLS"
