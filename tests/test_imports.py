@@ -3,7 +3,9 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nicksim"
-CORE = {"errors", "params", "xml", "hardware", "fill", "topo", "catalog", "cluster", "paths", "trees", "search", "connect", "constants"}
+CORE = {"errors", "params", "xml", "hardware", "fill", "topo", "catalog", "cluster", "paths", "trees", "search",
+        "connect", "constants", "collnet", "tuning", "calls", "choose", "plan", "plan_pat", "plan_p2p",
+        "plan_collnet", "transports", "job"}
 ENGINE_PARTS = {"model", "realhw", "engines", "cli", "dashboard"}
 
 

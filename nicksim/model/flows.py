@@ -1,0 +1,44 @@
+"""How concurrent transfers share links: max-min fairness, the fluid model the DES engine runs on.
+
+`max_min_rates(routes, capacity_gbps)` gives each transfer (a route: the link ids it crosses, a link
+listed twice carrying it twice) the max-min fair rate: every transfer's rate grows at the same pace
+until some link is full; the transfers crossing a full link keep the rate they reached, the others
+go on growing (progressive filling). The result never exceeds a link's capacity, and every
+transfer crosses a full link on which no other transfer runs faster — the bottleneck is where it
+really is. A transfer on no link (a copy inside one GPU) is not limited: its rate is infinite.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+__all__ = ["max_min_rates"]
+
+_FULL = 1e-9  # relative slack under which a link counts as full
+
+
+def max_min_rates(routes: Sequence[Sequence[int]], capacity_gbps: Mapping[int, float] | Sequence[float]
+                  ) -> list[float]:
+    """The max-min fair rate (GB/s) of each route over links of the given capacities."""
+    uses = [Counter(route) for route in routes]
+    rates = [0.0 if use else math.inf for use in uses]
+    active = {f for f, use in enumerate(uses) if use}
+    left = {link: float(capacity_gbps[link]) for use in uses for link in use}
+    for f in list(active):
+        if any(left[link] <= 0 for link in uses[f]):
+            active.discard(f)  # a dead link: this transfer does not move
+    while active:
+        weight: Counter = Counter()
+        for f in active:
+            weight.update(uses[f])
+        step = min(left[link] / w for link, w in weight.items())
+        for f in active:
+            rates[f] += step
+        full = set()
+        for link, w in weight.items():
+            left[link] -= step * w
+            if left[link] <= _FULL * max(1.0, float(capacity_gbps[link])):
+                full.add(link)
+        active = {f for f in active if not full.intersection(uses[f])}
+    return rates

@@ -1,0 +1,49 @@
+"""Max-min fair sharing of links (nicksim/model/flows.py)."""
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nicksim.model.flows import max_min_rates
+
+
+def test_two_transfers_on_one_link_get_half_each():
+    assert max_min_rates([[0], [0]], [10.0]) == [5.0, 5.0]
+
+
+def test_the_bottleneck_is_where_it_really_is():
+    # B and C share the 4 GB/s link: 2 each; A then takes what B leaves on the 10 GB/s link.
+    assert max_min_rates([[0], [0, 1], [1]], [10.0, 4.0]) == [8.0, 2.0, 2.0]
+
+
+def test_a_link_crossed_twice_carries_the_transfer_twice():
+    assert max_min_rates([[0, 0], [0]], [9.0]) == [3.0, 3.0]
+
+
+def test_a_dead_link_stops_only_what_crosses_it():
+    assert max_min_rates([[0, 1], [1]], [0.0, 6.0]) == [0.0, 6.0]
+
+
+def test_a_copy_inside_a_gpu_is_not_limited():
+    assert max_min_rates([[], [0]], [3.0]) == [math.inf, 3.0]
+
+
+routes = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=4), min_size=1, max_size=8)
+capacities = st.lists(st.floats(0.5, 100.0), min_size=6, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(routes, capacities)
+def test_max_min_fairness_holds(flows, capacity):
+    rates = max_min_rates(flows, capacity)
+    load = [0.0] * len(capacity)
+    for route, rate in zip(flows, rates):
+        for link in route:
+            load[link] += rate
+    for link, cap in enumerate(capacity):
+        assert load[link] <= cap * (1 + 1e-6)  # no link carries more than it can
+    for route, rate in zip(flows, rates):
+        # Each transfer crosses a full link on which nobody runs faster (else it could grow).
+        assert any(load[link] >= cap_ * (1 - 1e-6) and all(r <= rate * (1 + 1e-6)
+                                                           for other, r in zip(flows, rates) if link in other)
+                   for link, cap_ in ((l, capacity[l]) for l in route))
