@@ -1,5 +1,6 @@
-"""CollNet programs: what each rank runs for CollNet Direct and CollNet Chain all_reduce
-(src/device/all_reduce.h, identical from 2.22.3 to 2.30.7 without user-buffer registration).
+"""CollNet programs: what each rank runs for CollNet Direct (all_reduce, all_gather, reduce_scatter),
+CollNet Chain all_reduce, and NVLS all_gather / reduce_scatter across nodes (src/device/*.h of
+2.30.7; the all_reduce ones are the same from 2.22.3 without user-buffer registration).
 
 A CollNet call is not split over channels by the planner: every channel gets the whole count and
 the kernel strides through it, channel `bid` of `nChannels` taking chunk `bid` of each loop
@@ -23,7 +24,8 @@ AllGather: each rank sends its own piece of the chunk to the switch, receives th
 it and forwards it to the node's other heads, and receives their rails from them. ReduceScatter:
 each rank sends every other head its input for that head's rail, adds what it receives to its own
 input for its rail and sends the node's sum to the switch, which returns each node its own piece.
-A chunk that spans two nodes' pieces is two pieces here (NCCL copies it in one step).
+A chunk that spans two nodes' pieces is two pieces here (NCCL copies it in one step). NVLS across
+nodes uses the same rails with the NVLink switch's multicast in place of the copies between heads.
 """
 from __future__ import annotations
 
