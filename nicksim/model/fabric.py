@@ -1,0 +1,107 @@
+"""The job's fabric as the DES engine sees it: every physical link, one entry per direction.
+
+`build_fabric(cluster)` lists, for each node copy, every directed link of the node's System (NVLink
+to GPUs and NVSwitches, PCIe, C2C, the CPU interconnect, NIC to NET) at NCCL's bandwidth, then every
+cable of the inter-node network (NIC port, leaf and spine switches) in both directions, a switch's
+latency counted on the cables entering it. Routes are tuples of link ids, so that concurrent
+transfers can share what they cross (flows.py): `node_route` follows NCCL's own path between two
+nodes of one node copy (paths.py), `net_route` goes from a GPU through its NIC, the network and the
+peer's NIC to the peer GPU. Links are named `node0:GPU/0->NVS/0` (the k-th node of its kind in
+NCCL's order) and `nic(0,1)->leaf(1,0)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from ..cluster import Cluster, fabric_route
+from ..errors import UsageError
+
+__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "net_route"]
+
+
+@dataclass(frozen=True)
+class FabricLink:
+    """One direction of a physical link: its name, kind (NVL, PCI, C2C, SYS, NET, LOC or CABLE),
+    capacity in GB/s and latency in microseconds."""
+
+    name: str
+    kind: str
+    bw_gbps: float
+    lat_us: float
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Every directed link of the job. Node copy n owns ids [n * per_node, (n + 1) * per_node) in the
+    order of its System's nodes and their links; the network's cables follow."""
+
+    cluster: Cluster
+    links: tuple[FabricLink, ...]
+    per_node: int
+    local: Mapping[tuple[int, int], int]     # (System node index, link position) -> id within a node copy
+    cables: Mapping[tuple, int]              # (from, to) cluster graph nodes -> id
+
+    @property
+    def nodes(self) -> int:
+        return self.cluster.spec.nodes
+
+
+def _label(system, index: int) -> str:
+    kind = system.nodes[index].kind
+    return f"{kind}/{system.of_kind(kind).index(index)}"
+
+
+def _cable_label(key) -> str:
+    return f"{key[0]}({','.join(str(k) for k in key[1:])})"
+
+
+def build_fabric(cluster: Cluster) -> Fabric:
+    """All directed links of `cluster`: node links per node copy, then the network's cables."""
+    system = cluster.paths.system
+    if system is not cluster.paths.node_system:
+        raise UsageError("the fabric is only modelled when every GPU of a node is in one P2P/SHM domain",
+                         "model", "a node whose GPUs all reach each other")
+    local: dict[tuple[int, int], int] = {}
+    node_links: list[tuple[str, str, float]] = []
+    for index, node in enumerate(system.nodes):
+        for pos, link in enumerate(node.links):
+            local[(index, pos)] = len(node_links)
+            node_links.append((f"{_label(system, index)}->{_label(system, link.dst)}", link.kind, link.bw_gbps))
+    links = [FabricLink(f"node{n}:{name}", kind, bw, 0.0)
+             for n in range(cluster.spec.nodes) for name, kind, bw in node_links]
+    graph = cluster.graph
+    cables: dict[tuple, int] = {}
+    for u, v, data in graph.edges(data=True):
+        for a, b in ((u, v), (v, u)):
+            cables[(a, b)] = len(links)
+            lat = data["lat_us"] + graph.nodes[b].get("lat_us", 0.0)
+            links.append(FabricLink(f"{_cable_label(a)}->{_cable_label(b)}", "CABLE", data["bw_gbps"], lat))
+    return Fabric(cluster, tuple(links), len(node_links), MappingProxyType(local), MappingProxyType(cables))
+
+
+def node_route(fabric: Fabric, node: int, src: int, dst: int) -> tuple[int, ...]:
+    """The links NCCL's path from System node `src` to `dst` crosses inside node copy `node`."""
+    path = fabric.cluster.paths.path(src, dst)
+    if path is None:
+        system = fabric.cluster.paths.system
+        raise UsageError(f"no path from {_label(system, src)} to {_label(system, dst)}", "model",
+                         "nodes NCCL computes paths between (GPUs, NICs, CPUs)")
+    base = node * fabric.per_node
+    return tuple(base + fabric.local[hop] for hop in path.links)
+
+
+def net_route(fabric: Fabric, src: tuple[int, int, int], dst: tuple[int, int, int]) -> tuple[int, ...]:
+    """From GPU (node, local rank) through its NIC `port` to the peer GPU behind NIC `port`:
+    `src` and `dst` are (node, local rank, port), a port being the NET's position in the node's NETs."""
+    system = fabric.cluster.paths.system
+    nets = system.nets()
+    (n1, r1, p1), (n2, r2, p2) = src, dst
+    route = fabric_route(fabric.cluster, (n1, p1), (n2, p2))
+    if route is None:
+        raise UsageError(f"NIC port {p1} of node {n1} does not reach NIC port {p2} of node {n2}", "model",
+                         "ports both nodes have, on a connected network")
+    cables = tuple(fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+    return (node_route(fabric, n1, system.gpu_by_rank(r1), nets[p1]) + cables
+            + node_route(fabric, n2, nets[p2], system.gpu_by_rank(r2)))
