@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .calls import Call
-from .collnet import COLLNET_OFF, CollNetSetup, collnet_supported
+from .collnet import COLLNET_OFF, CollNetSetup, collnet_supported, graph_heads
 from .constants.tuning_tables import PROTOCOLS, tuning_tables
 from .errors import UsageError
 from .params import Params
@@ -128,7 +128,7 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
     direct = graphs.get("collnet_direct", graphs.get("collnet_chain"))
     direct_heads = 0
     if collnet.enabled and direct is not None and (tables.version.minor <= 27 or local <= NCCL_MAX_DIRECT_ARITY + 1):
-        direct_heads = len({channel[0] for channel in direct.intra})
+        direct_heads = len(graph_heads(direct, local))
     nvls = graphs.get("nvls")
     nvls_ch = nvls_channels(paths.system, graphs, n_nodes, params)
     # NCCL_NVLSTREE_MAX_CHUNKSIZE default (-2): 64 KiB from 4 nodes, else the NVLS chunk (enqueue.cc 2.22,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .params import Params
 from .search import Graph, collnet_enabled
 
-__all__ = ["CollNetSetup", "COLLNET_OFF", "collnet_setup", "collnet_supported"]
+__all__ = ["CollNetSetup", "COLLNET_OFF", "collnet_setup", "collnet_supported", "graph_heads"]
 
 # nccl-rdma-sharp-plugins src/sharp_plugin.c opConvert / typeConvert (bfloat16, int8 and uint8 with
 # SHARP v3 data types, which Quantum-2 switches report).
@@ -45,7 +45,9 @@ class CollNetSetup:
 COLLNET_OFF = CollNetSetup(enabled=False)
 
 
-def _graph_heads(graph: Graph, per_node: int, unique: bool) -> tuple[int, ...]:
+def graph_heads(graph: Graph, per_node: int, unique: bool = True) -> tuple[int, ...]:
+    """The local ranks heading the graph's channels (each channel's first GPU), in channel order;
+    each once when `unique` (connect.cc / coll_net.cc drop repeats)."""
     heads = [channel[0] % per_node for channel in graph.intra]
     return tuple(dict.fromkeys(heads)) if unique else tuple(heads)
 
@@ -65,12 +67,12 @@ def collnet_setup(paths, graphs: dict[str, Graph], nodes: int, params: Params) -
     direct = graphs.get("collnet_direct", chain)  # 2.18-2.21 search one CollNet graph for both
     nvls = graphs.get("nvls")
     if minor >= 28 and nvls is not None:
-        heads = _graph_heads(nvls, per_node, unique=True)
+        heads = graph_heads(nvls, per_node, unique=True)
     else:
-        heads = _graph_heads(direct, per_node, unique=minor >= 20)
+        heads = graph_heads(direct, per_node, unique=minor >= 20)
     chain_ok = True
     if minor >= 30:  # isCollNetChainHeadsSubset
-        chain_ok = set(_graph_heads(chain, per_node, unique=True)) <= set(heads)
+        chain_ok = set(graph_heads(chain, per_node, unique=True)) <= set(heads)
     v8 = minor >= 20
     return CollNetSetup(enabled=True, heads=heads, chain_support=chain_ok,
                         iallgather=v8 and not params.get("NCCL_SHARP_DISABLE_ALLGATHER"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .choose import nvls_channels
-from .collnet import collnet_setup
+from .collnet import collnet_setup, graph_heads
 from .errors import UsageError
 from .params import Params
 from .paths import Paths, local_net, local_nets
@@ -204,7 +204,7 @@ def nvls_heads(graphs: dict[str, Graph], nodes: int, per_node: int) -> tuple[tup
     nvls = graphs.get("nvls")
     if nvls is None:
         return ()
-    local = list(dict.fromkeys(channel[0] for channel in nvls.intra))
+    local = graph_heads(nvls, per_node)
     return tuple(tuple(n * per_node + head for n in range(nodes)) for head in local)
 
 

@@ -13,7 +13,7 @@ from functools import cached_property
 
 from .catalog import DEFAULT_SYSTEM, load_node
 from .choose import CommState, comm_state
-from .collnet import CollNetSetup, collnet_setup
+from .collnet import CollNetSetup, collnet_setup, graph_heads
 from .cluster import Cluster, ClusterSpec, build_cluster
 from .connect import Channels, connect, nvls_heads
 from .constants import DEFAULT_VERSION, parse_version, topo_rules
@@ -114,7 +114,7 @@ class Job:
         chain = self.graphs["collnet_chain"]
         direct = self.graphs.get("collnet_direct", chain)
         local = [tuple(r % per_node for r in channel) for channel in direct.intra]
-        heads = tuple(dict.fromkeys(order[0] for order in local))
+        heads = graph_heads(direct, per_node)
         # Head i connects to the GPUs of graph channel i (not necessarily the channel it heads first).
         return CollNetLayout(per_node, heads, tuple(local[i] for i in range(len(heads))),
                              tuple(tuple(r % per_node for r in channel) for channel in chain.intra))

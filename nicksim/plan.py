@@ -512,6 +512,11 @@ def nvls_tree_links(n_nodes: int, per_node: int, heads_local: tuple[int, ...], r
     return h, up, tuple(to_rank(n) for n in links.children)
 
 
+def _streams(groups: dict[str, list]) -> tuple[Stream, ...]:
+    """Named thread groups (plan_collnet.py's builders) as Streams."""
+    return tuple(Stream(name, tuple(prims)) for name, prims in groups.items())
+
+
 def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, rank: int,
                   nvls: tuple[int, tuple[int, ...]] | None = None,
                   collnet: CollNetLayout | None = None) -> tuple[ChannelProgram, ...]:
@@ -547,9 +552,8 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
         elif algorithm == "NVLS" and call.collective in ("all_gather", "reduce_scatter") and nvls is not None \
                 and call.nranks > nvls[0]:
             build = nvls_collnet_allgather if call.collective == "all_gather" else nvls_collnet_reducescatter
-            groups = build(Prim, part.count, c, plan.n_channels, part.chunk_count, nvls[0], nvls[1], rank,
-                           call.nranks // nvls[0], NVLS_SWITCH)
-            streams = tuple(Stream(name, tuple(prims)) for name, prims in groups.items())
+            streams = _streams(build(Prim, part.count, c, plan.n_channels, part.chunk_count, nvls[0], nvls[1], rank,
+                                     call.nranks // nvls[0], NVLS_SWITCH))
         elif algorithm == "NVLSTree" and call.collective == "all_reduce" and nvls is not None:
             per_node, heads_local = nvls
             head, up, children = nvls_tree_links(call.nranks // per_node, per_node, heads_local, rank, c)
@@ -559,9 +563,8 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
         elif algorithm == "CollNetDirect" and call.collective in ("all_gather", "reduce_scatter") \
                 and collnet is not None:
             build = collnet_direct_allgather if call.collective == "all_gather" else collnet_direct_reducescatter
-            groups = build(Prim, part.count, c, plan.n_channels, part.chunk_count, collnet, rank,
-                           call.nranks // collnet.per_node)
-            streams = tuple(Stream(name, tuple(prims)) for name, prims in groups.items())
+            streams = _streams(build(Prim, part.count, c, plan.n_channels, part.chunk_count, collnet, rank,
+                                     call.nranks // collnet.per_node))
         elif algorithm in ("CollNetDirect", "CollNetChain") and call.collective == "all_reduce" \
                 and collnet is not None:
             if algorithm == "CollNetDirect":
@@ -569,7 +572,7 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             else:
                 groups = collnet_chain_allreduce(Prim, part.count, c, plan.n_channels, part.chunk_count, collnet,
                                                  rank, c)
-            streams = tuple(Stream(name, tuple(prims)) for name, prims in groups.items())
+            streams = _streams(groups)
         else:
             raise UsageError(f"primitive programs for {algorithm} {call.collective} are not modelled yet",
                              "plan", "Ring (all collectives), Tree all_reduce, NVLS and NVLSTree all_reduce, "
@@ -727,11 +730,7 @@ class _Executor:
                 if key in self.multicast:
                     self._fail(rank, channel, prim, "multicast twice")
                 self.multicast[key] = value
-            for dst in prim.send_to:
-                if dst == COLLNET_SWITCH:
-                    self._collnet_in(rank, channel, prim, value)
-                elif dst != NVLS_SWITCH:
-                    self.fifos.setdefault((channel, rank, dst, prim.conn), []).append((prim.offset, prim.nelem, value))
+            self._deliver(rank, channel, prim, value)
             return
         if op == "nvlsGather":
             self.outputs[rank].append((prim.offset, prim.nelem, self.multicast[key]))
@@ -746,10 +745,15 @@ class _Executor:
             self._fail(rank, channel, prim, "unknown primitive")
         if op in ("copySend", "copy", "recvReduceCopySend", "recvReduceCopy", "recvCopySend", "recv"):
             self.outputs[rank].append((prim.offset, prim.nelem, value))
+        self._deliver(rank, channel, prim, value)
+
+    def _deliver(self, rank, channel, prim, value) -> None:
+        """Hand `value` to every destination: a peer's FIFO on the connection, or the CollNet switch
+        (the NVLink switch's multicast is recorded by the caller)."""
         for dst in prim.send_to:
             if dst == COLLNET_SWITCH:
                 self._collnet_in(rank, channel, prim, value)
-            else:
+            elif dst != NVLS_SWITCH:
                 self.fifos.setdefault((channel, rank, dst, prim.conn), []).append((prim.offset, prim.nelem, value))
 
     def _collnet_in(self, rank, channel, prim, value) -> None:
