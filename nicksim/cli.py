@@ -20,9 +20,11 @@ from .calls import COLLECTIVES, collective_name, dtype_name, redop_name
 from .catalog import CATALOG, DEFAULT_SYSTEM
 from .cluster import format_cluster
 from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, tuning_tables
+from .engines import ENGINES
 from .errors import NickSimError, UsageError
 from .hardware import FABRICS, GPU_MODELS
 from .job import Job, JobSpec, load_job
+from .model.hwparams import PARAM_NAMES
 from .params import Params, read_params
 from .paths import format_nccl_paths, format_paths
 from .perf import compare, format_comparison, perf_rows, sweep_sizes
@@ -32,6 +34,7 @@ from .connect import (format_channel_counts, format_channels, format_nvls_heads,
                       p2p_chunk_nbytes)
 from .search import format_graph, graphs_xml
 from .topo import format_system
+from .trace import format_link_report
 from .transports import connection_lines, ring_links, tree_links
 from .tuning import format_thread_thresholds, format_tuning_table, thread_thresholds
 from .xml import write_topo_xml
@@ -177,7 +180,12 @@ def _add_perf_parser(sub) -> None:
                              ("-C", "--report_cputime", "report CPU time"), ("-R", "--local_register", "registration"),
                              ("-T", "--timeout", "timeout, s")):
         g.add_argument(flag, name, type=_int_at_least(flag, 0), default=None, help=f"{what} (accepted; no effect)")
-    perf.add_argument("--engine", default="model", help="engine: model (NCCL's time model)")
+    perf.add_argument("--engine", default="model", choices=ENGINES,
+                      help="model: NCCL's time model; des: the discrete-event simulation of the fabric")
+    perf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                      help=f"a DES parameter for this run ({', '.join(PARAM_NAMES)}; repeatable)")
+    perf.add_argument("--link-report", action="store_true",
+                      help="after the table, the busiest links of the largest size (des): bytes, busy time, rate")
     perf.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
     perf.add_argument("--plan", action="store_true",
                       help="append NCCL's choice (algorithm, protocol, channels, threads) to each row")
@@ -290,7 +298,9 @@ def _run_perf(args, params: Params) -> int:
         _warn([f"-t/-g describe nccl-tests' processes ({per_process} GPU(s) each); the job has {job.nranks} ranks "
                "from the system options (--nodes, --gpus-per-node)"])
     measured = _measured_table(args.compare, collective, job.nranks) if args.compare else None
-    pairs = perf_rows(job, collective, sizes, dtype, redop, args.root, args.engine)
+    des = _des_params(job, args) if args.engine == "des" else None
+    pairs = perf_rows(job, collective, sizes, dtype, redop, args.root, args.engine, des)
+    hang = pairs.pop()[1].detail.hang if pairs and pairs[-1][0] is None else None
     rows = [row for row, _ in pairs]
     if args.check == 0 or args.engine == "model":
         rows = [_unchecked(row) for row in rows]
@@ -318,13 +328,33 @@ def _run_perf(args, params: Params) -> int:
                 line += (f"  # {result.algorithm}/{result.protocol} {result.n_channels}ch {result.n_threads}t"
                          + ("" if result.estimate == "nccl" else f" ({result.estimate})"))
         print(line)
+    if hang is not None:
+        print("\n".join(f"# {line}" for line in hang.lines()))
+    if args.link_report and pairs and pairs[-1][1].detail is not None:
+        print("\n".join(format_link_report(pairs[-1][1].detail)))
     if measured is not None:
         print("\n".join(format_comparison(compare(rows, measured))))
     if args.json:
         run = {"engine": args.engine, "system": job.system_name, "nranks": job.nranks,
                "nccl_version": job.system.rules.version.line}
         _write_json(args.json, results_json(collective, rows, run))
-    return 0
+    return 1 if hang is not None else 0
+
+
+def _des_params(job: Job, args):
+    """The DES parameter set for the job, with --set applied."""
+    from .model.engine import default_params
+    from .model.hwparams import with_overrides
+    values = {}
+    for item in args.sets:
+        key, sep, text = item.partition("=")
+        try:
+            values[key.strip()] = float(text)
+        except ValueError:
+            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join(PARAM_NAMES)) from None
+        if not sep:
+            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join(PARAM_NAMES))
+    return with_overrides(default_params(job), values)
 
 
 _PRICED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")

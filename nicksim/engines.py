@@ -1,4 +1,5 @@
-"""Engines turn calls into measured-looking results; `model` is NCCL's own time model.
+"""Engines turn calls into measured-looking results: `model` is NCCL's own time model, `des` the
+discrete-event simulation of the fabric (model/engine.py).
 
 `model_result(job, call)` answers one call the way ncclGroupSimulateEnd would: NCCL's algorithm,
 protocol, channel and thread choice and its estimated time. Collectives are priced by NCCL's
@@ -16,9 +17,9 @@ from .connect import p2p_channels, p2p_chunk_nbytes
 from .job import Job
 from .plan_p2p import p2p_transfers
 
-__all__ = ["EngineResult", "model_result", "p2p_time_us", "ENGINES"]
+__all__ = ["EngineResult", "model_result", "des_result", "engine_result", "p2p_time_us", "ENGINES"]
 
-ENGINES: tuple[str, ...] = ("model",)
+ENGINES: tuple[str, ...] = ("model", "des")
 
 # NCCL_P2P_LL_THRESHOLD default (enqueue.cc): point-to-point transfers up to 16 KiB use LL.
 P2P_LL_THRESHOLD_NBYTES = 16384
@@ -28,7 +29,8 @@ P2P_LL_THRESHOLD_NBYTES = 16384
 class EngineResult:
     """One call's answer: time in microseconds (out-of-place and in-place are the same call to the
     model), and the plan summary nccl-tests' JSON carries (`algorithm protocol nchannels nthreads`).
-    `estimate` names where the time comes from: "nccl" (NCCL's formula) or "nicksim-p2p"."""
+    `estimate` names where the time comes from: "nccl" (NCCL's formula), "nicksim-p2p" or "des";
+    `detail` is the engine's own record of the call (the DES run: link use, hang), if any."""
 
     call: Call
     time_us: float
@@ -37,6 +39,7 @@ class EngineResult:
     n_channels: int
     n_threads: int
     estimate: str = "nccl"
+    detail: object = None
 
     def plan_dict(self) -> dict:
         return {"algorithm": self.algorithm, "protocol": self.protocol, "nchannels": self.n_channels,
@@ -108,3 +111,20 @@ def model_result(job: Job, call: Call) -> EngineResult:
     choice = choose(job.comm, call)
     return EngineResult(call, choice.time_us, choice.algorithm, choice.protocol, choice.max_channels,
                         choice.n_threads)
+
+
+def des_result(job: Job, call: Call, params=None) -> EngineResult:
+    """`call` simulated by the DES engine on NCCL's own plan (`params`: the engine's parameter set,
+    defaults for the job's GPUs when None). A hang comes back in `detail.hang`."""
+    from .model.engine import simulate  # the DES and SimPy load only when asked for
+    run = simulate(job, call, params)
+    plan = run.plan
+    return EngineResult(call, run.time_us, plan.algorithm, plan.protocol, plan.max_channels, plan.n_threads,
+                        "des", run)
+
+
+def engine_result(job: Job, call: Call, engine: str = "model", params=None) -> EngineResult:
+    """`call` answered by the named engine."""
+    if engine == "des":
+        return des_result(job, call, params)
+    return model_result(job, call)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .calls import call_for_size
-from .engines import EngineResult, model_result
+from .engines import ENGINES, EngineResult, engine_result
 from .errors import UsageError
 from .job import Job
 from .report import MeasuredTable, ResultRow, measurement
@@ -38,17 +38,21 @@ def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, s
 
 
 def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float", redop: str = "sum",
-              root: int = 0, engine: str = "model") -> list[tuple[ResultRow, EngineResult]]:
-    """One nccl-tests row per size, timed by `engine`, with the engine's plan attached."""
-    if engine != "model":
-        raise UsageError(f"engine '{engine}' is not available", "--engine", "model")
+              root: int = 0, engine: str = "model", params=None) -> list[tuple[ResultRow, EngineResult]]:
+    """One nccl-tests row per size, timed by `engine`, with the engine's plan attached (`params`:
+    the DES parameter set). A DES run that hangs ends the list: its result is the last one."""
+    if engine not in ENGINES:
+        raise UsageError(f"engine '{engine}' is not available", "--engine", ", ".join(ENGINES))
     job.graphs  # a job without GPUs says so before anything else does
     if not 0 <= root < job.nranks:
         raise UsageError(f"root {root} is not a rank of this job", "-r", f"0..{job.nranks - 1}")
     out = []
     for size in sizes:
         call = call_for_size(collective, size, dtype, redop, root, job.nranks)
-        result = model_result(job, call)
+        result = engine_result(job, call, engine, params)
+        if getattr(result.detail, "hang", None) is not None:
+            out.append((None, result))
+            break
         nbytes = call.nbytes
         time_us = max(result.time_us, 1e-3)  # a zero-byte call still costs a launch in nccl-tests
         m = measurement(collective, job.nranks, nbytes, time_us)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .paths import Paths
 from .search import Graph
 
-__all__ = ["ring_links", "tree_links", "connection_lines"]
+__all__ = ["ring_links", "tree_links", "connection_lines", "channel_net"]
 
 
 def ring_links(channels) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -40,7 +40,7 @@ def _dev(paths: Paths, rank: int) -> int:
     return paths.system.nodes[_gpu(paths, rank)].gpu.dev
 
 
-def _net_of_channel(paths: Paths, graph: Graph, channel: int, rank: int) -> int | None:
+def channel_net(paths: Paths, graph: Graph, channel: int, rank: int) -> int | None:
     """search.cc ncclTopoGetNetDev with a graph: the channel's first NIC if the rank heads the
     channel in its node, else its last."""
     per_node = len(paths.node_system.gpus())
@@ -53,7 +53,7 @@ def _net_of_channel(paths: Paths, graph: Graph, channel: int, rank: int) -> int 
 
 def _net_text(paths: Paths, graph: Graph, channel: int, rank: int, send: bool) -> str:
     minor = paths.system.rules.version.minor
-    net = _net_of_channel(paths, graph, channel, rank)
+    net = channel_net(paths, graph, channel, rank)
     if net is None:
         return f"NET/{paths.net_plugin}"
     local = rank % len(paths.node_system.gpus())

@@ -13,7 +13,9 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-__all__ = ["max_min_rates"]
+import numpy as np
+
+__all__ = ["max_min_rates", "rates_for_uses", "fair_rates"]
 
 _FULL = 1e-9  # relative slack under which a link counts as full
 
@@ -21,7 +23,12 @@ _FULL = 1e-9  # relative slack under which a link counts as full
 def max_min_rates(routes: Sequence[Sequence[int]], capacity_gbps: Mapping[int, float] | Sequence[float]
                   ) -> list[float]:
     """The max-min fair rate (GB/s) of each route over links of the given capacities."""
-    uses = [Counter(route) for route in routes]
+    return rates_for_uses([Counter(route) for route in routes], capacity_gbps)
+
+
+def rates_for_uses(uses: Sequence[Mapping[int, int]], capacity_gbps: Mapping[int, float] | Sequence[float]
+                   ) -> list[float]:
+    """max_min_rates for routes already counted: {link: times the route crosses it} each."""
     rates = [0.0 if use else math.inf for use in uses]
     active = {f for f, use in enumerate(uses) if use}
     left = {link: float(capacity_gbps[link]) for use in uses for link in use}
@@ -41,4 +48,36 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity_gbps: Mapping[int, f
             if left[link] <= _FULL * max(1.0, float(capacity_gbps[link])):
                 full.add(link)
         active = {f for f in active if not full.intersection(uses[f])}
+    return rates
+
+
+def fair_rates(links: Sequence[np.ndarray], counts: Sequence[np.ndarray], capacity_gbps: np.ndarray) -> np.ndarray:
+    """rates_for_uses over numpy arrays: transfer i crosses `links[i]` (distinct link ids) `counts[i]`
+    times each; the same progressive filling, vectorised over every (transfer, link) pair."""
+    n = len(links)
+    rates = np.zeros(n)
+    if n == 0:
+        return rates
+    sizes = np.fromiter((len(x) for x in links), dtype=np.int64, count=n)
+    owner = np.repeat(np.arange(n), sizes)
+    link = np.concatenate(links) if n else np.zeros(0, dtype=np.int64)
+    times = np.concatenate(counts).astype(float) if n else np.zeros(0)
+    rates[sizes == 0] = math.inf
+    left = capacity_gbps.astype(float).copy()
+    slack = _FULL * np.maximum(1.0, capacity_gbps)
+    dead = left <= 0
+    active = sizes > 0
+    if dead.any():
+        stuck = np.bincount(owner, weights=dead[link].astype(float), minlength=n) > 0
+        active &= ~stuck
+    while active.any():
+        on = active[owner]
+        weight = np.bincount(link[on], weights=times[on], minlength=len(left))
+        used = weight > 0
+        step = np.min(left[used] / weight[used])
+        rates[active] += step
+        left[used] -= step * weight[used]
+        full = used & (left <= slack)
+        touched = np.bincount(owner[on], weights=full[link[on]].astype(float), minlength=n) > 0
+        active &= ~touched
     return rates

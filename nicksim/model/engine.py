@@ -1,0 +1,363 @@
+"""The DES engine: a plan's primitive programs executed over the modelled fabric, in simulated time.
+
+`simulate(job, call)` promises the time NCCL's kernel would take for `call` on `job` if the machine
+were the fabric (fabric.py) and the costs were the parameter set (hwparams.py): every rank runs, on
+every channel the plan uses, the primitive streams `rank_programs` gives (one SimPy process per
+stream, all starting after the kernel launch); each primitive moves its chunk in slices (Simple
+ring: chunkSteps / sliceSteps of them, one otherwise); a slice waits for its data from each peer
+and for a free slot in each peer's buffer (NCCL_STEPS slots of the step size, so at most NCCL_STEPS
+/ sliceSteps slices in flight per connection), then crosses, as one transfer, the CTA's link and
+every link its transport uses (routes.py), carrying the protocol's wire bytes, plus the hop's step
+latency. NVLS chunks go through the NVSwitch: a head's in-switch reduction reads the chunk from
+every GPU of the node and its multicast writes it to all of them, at `nvls_efficiency` of the
+ports; CollNet chunks go up a head's NIC to the first switch, which reduces once every node's head
+has sent it, and come back down.
+
+Large calls are simulated in coarser chunks (at most `max_chunks` per channel, the chunk grown by
+a whole factor): the bottleneck and the overlap stay, the event count stays bounded. When a run
+ends with streams still waiting, the result carries a HangReport naming each blocked stream, the
+primitive it is in and what it waits for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import simpy
+
+from ..calls import Call
+from ..constants.tuning_tables import tuning_tables
+from ..errors import UsageError
+from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, plan_call, rank_programs
+from .fabric import build_fabric
+from .hwparams import DesParams, des_params, wire_nbytes
+from .network import FluidNetwork
+from .routes import HW_NET, HW_NVLINK, Router
+
+__all__ = ["DesRun", "Blocked", "HangReport", "simulate", "coarse_plan", "default_params"]
+
+_GRAPH_OF = {"Ring": "ring", "Tree": "tree", "NVLS": "nvls", "NVLSTree": "nvls",
+             "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain"}
+_REDUCING_NVLS = ("nvlsReduceMulticast", "nvlsReduceSend")
+_LINE_NBYTES = {"LL": 16, "LL128": 128}  # a line: data and flag arrive together
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """One stream that could not go on: where it stands and what it waits for."""
+
+    rank: int
+    channel: int
+    stream: str
+    prim_index: int
+    op: str
+    offset: int
+    nelem: int
+    slice_index: int
+    waits_for: str
+
+
+@dataclass(frozen=True)
+class HangReport:
+    """Nothing could progress: the streams left blocked, at the simulated time it became clear."""
+
+    time_us: float
+    blocked: tuple[Blocked, ...]
+
+    def lines(self) -> list[str]:
+        out = [f"hang: {len(self.blocked)} stream(s) blocked at {self.time_us:.1f} us"]
+        for b in self.blocked:
+            out.append(f"  rank {b.rank} channel {b.channel} {b.stream}: {b.op} #{b.prim_index} "
+                       f"(elements {b.offset}+{b.nelem}, slice {b.slice_index}) waits for {b.waits_for}")
+        return out
+
+
+@dataclass(frozen=True)
+class DesRun:
+    """One simulated call: its plan as run, the time to the last stream's end, the bytes, busy time
+    and capacity of every link that carried anything (name -> value), the hang if there was one,
+    and the factor the chunks were grown by (coarse_plan)."""
+
+    plan: Plan
+    time_us: float
+    link_nbytes: dict[str, float]
+    link_busy_us: dict[str, float]
+    link_bw_gbps: dict[str, float]
+    hang: HangReport | None = None
+    chunk_factor: int = 1
+
+
+def default_params(job) -> DesParams:
+    """The parameter set for `job`'s GPUs and NCCL release."""
+    system = job.paths.system
+    sm = min(system.nodes[g].gpu.sm for g in system.gpus())
+    return des_params(tuning_tables(system.rules.version), sm)
+
+
+def _collnet_scheduled(plan: Plan, nodes: int) -> bool:
+    return plan.algorithm.startswith("CollNet") or (plan.algorithm == "NVLS" and nodes > 1)
+
+
+def coarse_plan(plan: Plan, max_chunks: int, nodes: int = 1) -> tuple[Plan, int]:
+    """`plan` with its chunks grown by one whole factor so that no channel runs more than
+    `max_chunks` of them, and that factor (1 when the plan is small enough)."""
+    stride = plan.n_channels if _collnet_scheduled(plan, nodes) else 1
+    most = max((-(-part.count // (part.chunk_count * stride)) for part in plan.parts if part.chunk_count), default=0)
+    factor = max(1, -(-most // max_chunks))
+    if factor == 1:
+        return plan, 1
+    parts = tuple(replace(p, chunk_count=p.chunk_count * factor, chunk_nbytes=p.chunk_nbytes * factor)
+                  for p in plan.parts)
+    return replace(plan, parts=parts), factor
+
+
+class _Conn:
+    """One direction of one channel's connection: per slice sent, the events of its first step
+    arriving (`heads`) and of all of it arriving (`dones`); slices taken by the receiver and slots
+    it freed."""
+
+    __slots__ = ("heads", "dones", "taken", "freed", "credits")
+
+    def __init__(self, credits: int):
+        self.heads: list = []
+        self.dones: list = []
+        self.taken = self.freed = 0
+        self.credits = credits
+
+
+class _Sim:
+    def __init__(self, job, plan: Plan, params: DesParams, factor: int = 1,
+                 capacity_overrides: dict[int, float] | None = None):
+        self.job, self.plan, self.params = job, plan, params
+        self.call: Call = plan.call
+        self.per_node = len(job.paths.node_system.gpus())
+        self.nodes = job.nodes
+        self.fabric = build_fabric(job.cluster)
+        n_ch = max((p.channel for p in plan.parts), default=0) + 1
+        self.router = Router(job, self.fabric, _GRAPH_OF.get(plan.algorithm, "ring"), n_ch)
+        n_fabric = len(self.fabric.links)
+        capacity = [link.bw_gbps for link in self.fabric.links] + [params.cta_bw_gbps] * (self.router.n_links - n_fabric)
+        for link, bw in (capacity_overrides or {}).items():
+            capacity[link] = bw
+        latency = [link.lat_us for link in self.fabric.links] + [0.0] * (len(capacity) - n_fabric)
+        self.env = simpy.Environment()
+        self.net = FluidNetwork(self.env, capacity, latency)
+        ring_simple = plan.protocol == "Simple" and plan.algorithm == "Ring"
+        self.slices = max(1, plan.chunk_steps // plan.slice_steps) if ring_simple else 1
+        self.credits = NCCL_STEPS // plan.slice_steps if ring_simple else NCCL_STEPS
+        # What a receiver must have before it starts on a slice: LL and LL128 flag every line, so
+        # the first line; Simple posts whole slices, so the first real slice of a coarse one.
+        self.head_nbytes = _LINE_NBYTES.get(plan.protocol)
+        self.head_share = 1.0 / factor
+        self.conns: dict[tuple, _Conn] = {}
+        self.waiting: dict[tuple, simpy.Event] = {}
+        self.nvls_in: dict[tuple, list] = {}
+        self.nvls_out: dict[tuple, tuple] = {}
+        self.collnet_in: dict[tuple, list] = {}
+        self.state: dict[tuple, list] = {}
+        self.finished = 0
+        self.n_streams = 0
+        self.end_us = 0.0
+        self.nvls_eff = params.nvls_efficiency
+
+    # --- waiting ------------------------------------------------------------------------------
+
+    def _wait(self, key: tuple) -> simpy.Event:
+        event = self.waiting.get(key)
+        if event is None:
+            event = self.waiting[key] = self.env.event()
+        return event
+
+    def _notify(self, key: tuple) -> None:
+        event = self.waiting.pop(key, None)
+        if event is not None:
+            event.succeed()
+
+    def _conn(self, channel: int, src: int, dst: int, index: int) -> _Conn:
+        key = (channel, src, dst, index)
+        conn = self.conns.get(key)
+        if conn is None:
+            conn = self.conns[key] = _Conn(self.credits)
+        return conn
+
+    # --- one stream ---------------------------------------------------------------------------
+
+    def run(self, programs: dict[int, tuple]) -> None:
+        launch = self.params.launch_us(self.plan.algorithm, self.plan.protocol)
+        for rank, progs in programs.items():
+            for prog in progs:
+                for stream in prog.streams:
+                    self.n_streams += 1
+                    self.env.process(self._stream(rank, prog.channel, stream, launch))
+        self.env.run()
+
+    def _stream(self, rank: int, channel: int, stream, launch_us: float):
+        state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch"]
+        yield self.env.timeout(launch_us)
+        node, local = divmod(rank, self.per_node)
+        elem = self.call.elem_nbytes
+        for index, prim in enumerate(stream.prims):
+            state[0], state[1] = index, prim
+            peers_in = [src for src in prim.recv_from if src >= 0]
+            peers_out = [dst for dst in prim.send_to if dst >= 0]
+            route, hw = self._route(prim, rank, channel, node, local, peers_out)
+            nbytes = prim.nelem * elem / self.slices
+            wire = wire_nbytes(self.plan.protocol, nbytes)
+            if prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":
+                wire /= self.nvls_eff
+            lat = self.params.step_lat_us(hw, self.plan.algorithm, self.plan.protocol) if hw else 0.0
+            for s in range(self.slices):
+                state[2] = s
+                key = (node, channel, prim.offset, prim.nelem, s)
+                upstream = []  # the events of everything this slice reads, all of which must be in
+                ins = [self._conn(channel, src, rank, prim.conn) for src in peers_in]
+                for src, conn in zip(peers_in, ins):
+                    while len(conn.dones) <= conn.taken:
+                        state[3] = f"data from rank {src} (connection {prim.conn})"
+                        yield self._wait(("data", channel, src, rank, prim.conn))
+                    state[3] = f"the first step from rank {src} (connection {prim.conn})"
+                    yield conn.heads[conn.taken]
+                    upstream.append(conn.dones[conn.taken])
+                    conn.taken += 1
+                got = yield from self._switch_inputs(prim, channel, key, state)
+                upstream += got
+                outs = [self._conn(channel, rank, dst, prim.conn) for dst in peers_out]
+                for dst, conn in zip(peers_out, outs):
+                    while len(conn.dones) - conn.freed >= conn.credits:
+                        state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
+                        yield self._wait(("slot", channel, rank, dst, prim.conn))
+                first = self.head_nbytes if self.head_nbytes is not None else wire * self.head_share
+                head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first))
+                for dst, conn in zip(peers_out, outs):
+                    conn.heads.append(head)
+                    conn.dones.append(done)
+                    self._notify(("data", channel, rank, dst, prim.conn))
+                self._switch_outputs(prim, channel, node, key, head, done)
+                state[3] = "its transfer"
+                yield sent
+                for up in upstream:
+                    if not up.processed:
+                        state[3] = "the rest of its input"
+                        yield up
+                for src, conn in zip(peers_in, ins):
+                    conn.freed += 1
+                    self._notify(("slot", channel, src, rank, prim.conn))
+        state[3] = None
+        self.finished += 1
+        self.end_us = max(self.end_us, self.env.now)
+
+    def _switch_inputs(self, prim, channel: int, key: tuple, state: list):
+        """Wait for what the switches must hold before `prim` runs; returns the completion events
+        of those inputs."""
+        got = []
+        if NVLS_SWITCH in prim.recv_from and prim.op != "nvlsGather":
+            while len(self.nvls_in.get(key, ())) < self.per_node:
+                state[3] = "every GPU of the node to scatter this chunk (NVLS)"
+                yield self._wait(("nvls_in", key))
+            got += yield from self._heads(self.nvls_in[key], state, "the scattered chunks (NVLS)")
+        if prim.op == "nvlsGather":
+            while key not in self.nvls_out:
+                state[3] = "the chunk's multicast (NVLS)"
+                yield self._wait(("nvls_out", key))
+            got += yield from self._heads([self.nvls_out[key]], state, "the chunk's multicast (NVLS)")
+        if COLLNET_SWITCH in prim.recv_from:
+            wanted = 1 if self.call.collective == "all_gather" else self.nodes
+            ckey = (channel, prim.offset, prim.nelem, key[-1])
+            while len(self.collnet_in.get(ckey, ())) < wanted:
+                state[3] = "every node's head to reach the CollNet switch"
+                yield self._wait(("collnet", ckey))
+            got += yield from self._heads(self.collnet_in[ckey], state, "the CollNet switch's sum")
+        return got
+
+    def _heads(self, pairs, state: list, what: str):
+        for head, _ in pairs:
+            if not head.processed:
+                state[3] = what
+                yield head
+        return [done for _, done in pairs]
+
+    def _switch_outputs(self, prim, channel: int, node: int, key: tuple, head, done) -> None:
+        if prim.op == "nvlsScatter":
+            self.nvls_in.setdefault(key, []).append((head, done))
+            self._notify(("nvls_in", key))
+        elif NVLS_SWITCH in prim.send_to:
+            self.nvls_out[key] = (head, done)
+            self._notify(("nvls_out", key))
+        if COLLNET_SWITCH in prim.send_to:
+            ckey = (channel, prim.offset, prim.nelem, key[-1])
+            self.collnet_in.setdefault(ckey, []).append((head, done))
+            self._notify(("collnet", ckey))
+
+    def _route(self, prim, rank: int, channel: int, node: int, local: int, peers_out) -> tuple[tuple[int, ...], str]:
+        """The links one slice of `prim` crosses, and the hardware row that prices its step."""
+        r = self.router
+        links = [r.cta(rank, channel)]
+        hw = ""
+        if prim.op in _REDUCING_NVLS:  # multimem.ld_reduce: every GPU's copy in, the sum out to the head
+            for i in range(self.per_node):
+                links += r.nvls_up(node, i)
+            links += r.nvls_down(node, local)
+            hw = HW_NVLINK
+        if NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":  # multimem.st to every GPU of the node
+            links += r.nvls_up(node, local)
+            for i in range(self.per_node):
+                links += r.nvls_down(node, i)
+            hw = HW_NVLINK
+        if COLLNET_SWITCH in prim.recv_from:
+            links += r.collnet_down(channel, rank)
+            hw = HW_NET
+        if COLLNET_SWITCH in prim.send_to:
+            links += r.collnet_up(channel, rank)
+            hw = HW_NET
+        for dst in peers_out:
+            route, kind = r.peer(channel, rank, dst)
+            links += route
+            if hw != HW_NET:
+                hw = kind
+        return tuple(links), hw
+
+    # --- the outcome --------------------------------------------------------------------------
+
+    def hang(self) -> HangReport | None:
+        if self.finished == self.n_streams:
+            return None
+        blocked = []
+        for (rank, channel, name), (index, prim, s, what) in sorted(self.state.items(), key=lambda kv: kv[0]):
+            if what is None:
+                continue
+            blocked.append(Blocked(rank, channel, name, index, prim.op if prim else "launch",
+                                   prim.offset if prim else 0, prim.nelem if prim else 0, s, what))
+        return HangReport(self.env.now, tuple(blocked))
+
+    def link_stats(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        names = [link.name for link in self.fabric.links]
+        used = [i for i in range(len(names)) if self.net.bytes_on[i] > 0]
+        return ({names[i]: self.net.bytes_on[i] for i in used}, {names[i]: float(self.net.busy_us[i]) for i in used},
+                {names[i]: float(self.net.capacity[i]) for i in used})
+
+
+def _programs(job, plan: Plan) -> dict[int, tuple]:
+    algorithm = plan.algorithm
+    trees = job.tree_links() if algorithm == "Tree" else {}
+    collnet = job.collnet_layout() if algorithm.startswith("CollNet") else None
+    nvls = job.nvls_layout() if algorithm in ("NVLS", "NVLSTree") else None
+    rings = job.channels.rings
+    return {r: rank_programs(plan, rings, trees, r, nvls, collnet) for r in range(job.nranks)}
+
+
+def simulate(job, call: Call, params: DesParams | None = None, plan: Plan | None = None,
+             capacity_overrides: dict[int, float] | None = None) -> DesRun:
+    """Run `call` on `job` through the DES (NCCL's own plan unless `plan` is given)."""
+    if call.collective in ("alltoall", "sendrecv"):
+        raise UsageError(f"the DES engine does not run {call.collective} yet", "--engine des",
+                         "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
+    params = params or default_params(job)
+    plan = plan or plan_call(job.comm, call)
+    if plan.algorithm == "PAT":
+        raise UsageError("the DES engine does not run PAT plans yet", "--engine des",
+                         "NCCL_ALGO=Ring for this call")
+    coarse, factor = coarse_plan(plan, params.max_chunks, job.nodes)
+    sim = _Sim(job, coarse, params, factor, capacity_overrides)
+    sim.run(_programs(job, coarse))
+    nbytes, busy, bw = sim.link_stats()
+    hang = sim.hang()
+    return DesRun(plan, sim.end_us if hang is None else sim.env.now, nbytes, busy, bw, hang, factor)

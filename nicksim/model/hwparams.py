@@ -1,0 +1,89 @@
+"""The DES engine's parameters: what a CTA, a step and the NVLink switch cost, per hardware generation.
+
+`des_params(tables, sm)` promises the defaults for a GPU of compute capability `sm` under the NCCL
+release whose tables are given, every one taken from a number NCCL itself states (tuning.cc of
+that release unless said otherwise), so that the DES and NCCL's formula start from the same
+hardware facts and differ only where the fabric makes them differ:
+
+- `cta_bw_gbps`: what one channel's CTA moves per second: perChMaxRingLL128Bws, NCCL's own cap on
+  one channel (Volta/Ampere 20, Hopper 36.7, Blackwell 36.7-40 GB/s);
+- `step_lat_us(hw, algorithm, protocol)`: the latency of one step over one hop, hwLat (NVLink, PCI,
+  NET rows), NCCL's "per step" term of its time model;
+- `launch_us(algorithm, protocol)`: kernel launch and the call's fixed cost, baseLat (the Ring row
+  where an algorithm's own is zero: NCCL folds NVLS and CollNet start-up into hwLat instead);
+- `nvls_efficiency`: the share of an NVLink port that NVSwitch multicast and in-switch reduction
+  traffic gets (nvlsEfficiency, 2.28.9-2.30.7: Hopper 0.85, Blackwell 0.74: a property of the
+  switch generation, so it applies to every release);
+- the protocols' wire cost: LL sends 16 bytes per 8 of data (half of every line is flag), LL128
+  128 per 120, Simple what it carries.
+
+`with_overrides(params, {"cta.bw_gbps": 30})` gives the same set with named values replaced
+(calibration and `--set` use it); `PARAM_NAMES` lists what can be set.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..constants.tuning_tables import TuningTables
+from ..errors import UsageError
+
+__all__ = ["DesParams", "des_params", "with_overrides", "PARAM_NAMES", "wire_nbytes"]
+
+_NVLS_EFFICIENCY = {90: 0.85, 100: 0.74}  # tuning.cc nvlsEfficiency (2.28.9-2.30.7), Hopper / Blackwell
+_WIRE = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}  # bytes on the wire per data byte
+
+
+def wire_nbytes(protocol: str, nbytes: float) -> float:
+    """Bytes a protocol puts on the wire to carry `nbytes` of data."""
+    return nbytes * _WIRE[protocol]
+
+
+@dataclass(frozen=True)
+class DesParams:
+    """One parameter set of the DES engine (see the module docstring for where each comes from).
+    `step_lat_scale` and `launch_scale` multiply NCCL's latencies; calibration fits them."""
+
+    tables: TuningTables
+    cta_bw_gbps: float
+    nvls_efficiency: float
+    step_lat_scale: float = 1.0
+    launch_scale: float = 1.0
+    max_chunks: int = 32
+
+    def step_lat_us(self, hw: str, algorithm: str, protocol: str) -> float:
+        row = algorithm if algorithm in ("Tree", "Ring") else "Ring"
+        return self.step_lat_scale * self.tables.hw_lat(hw, row, protocol)
+
+    def launch_us(self, algorithm: str, protocol: str) -> float:
+        base = self.tables.base_lat(algorithm, protocol) if algorithm in self.tables.algorithms else 0.0
+        return self.launch_scale * (base or self.tables.base_lat("Ring", protocol))
+
+
+def des_params(tables: TuningTables, sm: int) -> DesParams:
+    """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release."""
+    row = tables.compcap_row(sm)
+    cta = tables.per_ch_max_ring_ll128_bw_gbps[row][0]
+    nvls = _NVLS_EFFICIENCY[100] if sm >= 100 else _NVLS_EFFICIENCY[90]
+    return DesParams(tables, cta, nvls)
+
+
+PARAM_NAMES = {
+    "cta.bw_gbps": "cta_bw_gbps",
+    "nvls.efficiency": "nvls_efficiency",
+    "step_lat.scale": "step_lat_scale",
+    "launch.scale": "launch_scale",
+    "des.max_chunks": "max_chunks",
+}
+
+
+def with_overrides(params: DesParams, values: dict[str, float]) -> DesParams:
+    """`params` with the named values replaced (names as PARAM_NAMES lists them)."""
+    changes = {}
+    for name, value in values.items():
+        if name not in PARAM_NAMES:
+            raise UsageError(f"unknown engine parameter '{name}'", "--set", ", ".join(PARAM_NAMES))
+        field = PARAM_NAMES[name]
+        if value <= 0:
+            raise UsageError(f"{name}={value:g}", "--set", "a value above 0")
+        changes[field] = int(value) if field == "max_chunks" else float(value)
+    return replace(params, **changes)

@@ -1,0 +1,157 @@
+"""Which links each of a plan's transfers crosses: NCCL's transports laid over the fabric.
+
+`Router(job, fabric, graph_name)` promises, for the connections a plan's programs use:
+- `peer(channel, src, dst)`: inside a node, NCCL's GPU-to-GPU path (P2P over NVLink or PCIe, or
+  SHM through the CPU where that is the transport); across nodes, NET: from the sending GPU to the
+  NIC the graph gives the channel (through the PXN proxy GPU when NCCL routes it so, through the
+  CPU when GPUDirect RDMA is off), over the network's cables, and from the peer's NIC to its GPU;
+- `nvls_up(node, local)` / `nvls_down(node, local)`: a GPU's NVLink port to its NVSwitch and back
+  (multicast and in-switch reduction traffic);
+- `collnet_up(channel, rank)` / `collnet_down(channel, rank)`: a CollNet head's GPU to its NIC and
+  into the first switch of the network (where SHARP reduces), and back;
+- `cta(rank, channel)`: one virtual link per rank and channel standing for the CTA, through which
+  every transfer that CTA drives passes (so a channel moves no faster than its CTA can).
+Each route also says which NCCL hardware row prices its steps (NVLINK, PCI or NET). Routes are
+computed once per connection and kept.
+"""
+from __future__ import annotations
+
+from ..cluster import fabric_route
+from ..errors import UsageError
+from ..transports import channel_net
+from .fabric import Fabric, node_route
+
+__all__ = ["Router", "HW_NVLINK", "HW_PCI", "HW_NET"]
+
+HW_NVLINK, HW_PCI, HW_NET = "NVLINK", "PCI", "NET"
+_PATTERN_NVLS = 5  # NCCL_TOPO_PATTERN_NVLS
+
+
+class Router:
+    """Routes of one job's connections over its fabric, plus the CTA links (ids after the fabric's)."""
+
+    def __init__(self, job, fabric: Fabric, graph_name: str, n_channels: int):
+        self.job, self.fabric = job, fabric
+        self.paths = job.paths
+        self.system = job.paths.system
+        self.per_node = len(self.system.gpus())
+        graphs = job.graphs
+        self.graph_name = graph_name if graph_name in graphs else "ring"
+        self.graph = graphs[self.graph_name]
+        self.n_channels = max(1, n_channels)
+        self.cta_base = len(fabric.links)
+        self._cache: dict[tuple, tuple[tuple[int, ...], str]] = {}
+        nvs = self.system.of_kind("NVS")
+        self.nvs = nvs[0] if nvs else None
+
+    @property
+    def n_links(self) -> int:
+        return self.cta_base + self.job.nranks * self.n_channels
+
+    def cta(self, rank: int, channel: int) -> int:
+        return self.cta_base + rank * self.n_channels + channel % self.n_channels
+
+    def _gpu(self, rank: int) -> int:
+        return self.system.gpu_by_rank(rank % self.per_node)
+
+    def peer(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], str]:
+        key = ("peer", channel, src, dst)
+        if key not in self._cache:
+            self._cache[key] = self._peer(channel, src, dst)
+        return self._cache[key]
+
+    def _peer(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], str]:
+        n1, n2 = src // self.per_node, dst // self.per_node
+        if n1 == n2:
+            route = node_route(self.fabric, n1, self._gpu(src), self._gpu(dst))
+            kinds = {self.fabric.links[link].kind for link in route}
+            return route, HW_NVLINK if kinds <= {"NVL", "LOC"} else HW_PCI
+        return self._net_leg(channel, src, send=True) + self._cables(channel, src, dst) \
+            + self._net_leg(channel, dst, send=False), HW_NET
+
+    def _net(self, channel: int, rank: int) -> int:
+        net = self._nvls_net(channel, rank) if self.graph.pattern == _PATTERN_NVLS \
+            else channel_net(self.paths, self.graph, channel, rank)
+        if net is None:
+            raise UsageError(f"channel {channel} of the {self.graph_name} graph has no NIC for rank {rank}",
+                             "model", "a system whose nodes have NICs")
+        return net
+
+    def _nvls_net(self, channel: int, rank: int) -> int | None:
+        """search.cc getNvlsNetDev: the NICs of the NVLS channels the rank heads, by channel."""
+        local = rank % self.per_node
+        mine = [inter[0] for intra, inter in zip(self.graph.intra, self.graph.inter) if intra[0] % self.per_node == local]
+        if not mine:
+            return None
+        net_id = mine[channel % len(mine)]
+        return next((n for n in self.system.nets() if self.system.nodes[n].id == net_id), None)
+
+    def _net_leg(self, channel: int, rank: int, send: bool) -> tuple[int, ...]:
+        """GPU to NIC (send) or NIC to GPU (receive), as GDR and PXN decided."""
+        node, local = divmod(rank, self.per_node)
+        net, gpu = self._net(channel, rank), self._gpu(rank)
+        gdr = (self.paths.gdr_send if send else self.paths.gdr_recv).get((local, net))
+        hops: list[tuple[int, int]] = []
+        if send and gdr is not None and gdr.proxy_rank != local:
+            proxy = self.system.gpu_by_rank(gdr.proxy_rank)
+            hops = [(gpu, proxy), (proxy, net)]
+        elif gdr is not None and not gdr.enabled:
+            cpu = self._cpu_near(gpu)
+            hops = [(gpu, cpu), (cpu, net)]
+        else:
+            hops = [(gpu, net)]
+        if not send:
+            hops = [(b, a) for a, b in reversed(hops)]
+        return tuple(link for a, b in hops for link in node_route(self.fabric, node, a, b))
+
+    def _cpu_near(self, gpu: int) -> int:
+        cpus = self.system.of_kind("CPU")
+        return min(cpus, key=lambda c: (self.paths.path(gpu, c).hops if self.paths.path(gpu, c) else 99))
+
+    def _port(self, net: int) -> int:
+        return self.system.nets().index(net)
+
+    def _cables(self, channel: int, src: int, dst: int) -> tuple[int, ...]:
+        n1, n2 = src // self.per_node, dst // self.per_node
+        p1, p2 = self._port(self._net(channel, src)), self._port(self._net(channel, dst))
+        route = fabric_route(self.fabric.cluster, (n1, p1), (n2, p2))
+        if route is None:
+            raise UsageError(f"NIC port {p1} of node {n1} does not reach NIC port {p2} of node {n2}", "model",
+                             "ports both nodes have, on a connected network")
+        return tuple(self.fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+
+    def nvls_up(self, node: int, local: int) -> tuple[int, ...]:
+        return self._nvs(node, local, up=True)
+
+    def nvls_down(self, node: int, local: int) -> tuple[int, ...]:
+        return self._nvs(node, local, up=False)
+
+    def _nvs(self, node: int, local: int, up: bool) -> tuple[int, ...]:
+        key = ("nvs", node, local, up)
+        if key not in self._cache:
+            if self.nvs is None:
+                raise UsageError("NVLS traffic on a node without an NVSwitch", "model", "NVSwitch systems")
+            gpu = self.system.gpu_by_rank(local)
+            a, b = (gpu, self.nvs) if up else (self.nvs, gpu)
+            self._cache[key] = (node_route(self.fabric, node, a, b), HW_NVLINK)
+        return self._cache[key][0]
+
+    def collnet_up(self, channel: int, rank: int) -> tuple[int, ...]:
+        return self._collnet(channel, rank, up=True)
+
+    def collnet_down(self, channel: int, rank: int) -> tuple[int, ...]:
+        return self._collnet(channel, rank, up=False)
+
+    def _collnet(self, channel: int, rank: int, up: bool) -> tuple[int, ...]:
+        key = ("collnet", channel, rank, up)
+        if key not in self._cache:
+            node = rank // self.per_node
+            leg = self._net_leg(channel, rank, send=up)
+            port = self._port(self._net(channel, rank))
+            nic = ("nic", node, port)
+            cluster_graph = self.fabric.cluster.graph
+            first_switch = next((n for n in cluster_graph.neighbors(nic)), None) if nic in cluster_graph else None
+            cable = () if first_switch is None else \
+                ((self.fabric.cables[(nic, first_switch)],) if up else (self.fabric.cables[(first_switch, nic)],))
+            self._cache[key] = (leg + cable if up else cable + leg, HW_NET)
+        return self._cache[key][0]
