@@ -81,7 +81,10 @@ def test_every_collective_runs_on_two_nodes(coll):
     (["perf", "all_reduce", "-d", "floot"], "-d"),
     (["perf", "all_reduce", "-o", "xor"], "-o"),
     (["perf", "broadcast", "-r", "8"], "-r"),
-    (["perf", "all_reduce", "--engine", "des"], "--engine"),
+    (["perf", "all_reduce", "--engine", "real"], "--engine"),
+    (["perf", "all_reduce", "--engine", "des", "--set", "cta.bw=3"], "--set"),
+    (["perf", "all_reduce", "--engine", "des", "--set", "cta.bw_gbps"], "--set"),
+    (["perf", "all_reduce", "--engine", "des", "--set", "cta.bw_gbps=-1"], "--set"),
     (["perf", "all_reduce", "--nccl-version", "2.17"], "--nccl-version"),
     (["perf", "all_reduce", "--compare", "/nonexistent/file"], "/nonexistent/file"),
 ])
