@@ -24,6 +24,7 @@ from .engines import ENGINES
 from .errors import NickSimError, UsageError
 from .hardware import FABRICS, GPU_MODELS
 from .job import Job, JobSpec, load_job
+from .model.fabric import build_fabric, format_fabric
 from .model.hwparams import PARAM_NAMES
 from .params import Params, read_params
 from .paths import format_nccl_paths, format_paths
@@ -34,7 +35,7 @@ from .connect import (format_channel_counts, format_channels, format_nvls_heads,
                       p2p_chunk_nbytes)
 from .search import format_graph, graphs_xml
 from .topo import format_system
-from .trace import format_link_report
+from .trace import chrome_trace, format_link_report
 from .transports import connection_lines, ring_links, tree_links
 from .tuning import format_thread_thresholds, format_tuning_table, thread_thresholds
 from .xml import write_topo_xml
@@ -117,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_system_options(topo)
     topo.add_argument("--dump-xml", metavar="FILE", help="write the completed topology XML (as NCCL_TOPO_DUMP_FILE)")
     topo.add_argument("--paths", action="store_true", help="print path types, bandwidths and transports")
+    topo.add_argument("--links", action="store_true",
+                      help="list every directed link of the job's fabric as the DES names them (for --fault)")
     topo.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
                       help="print the system as this rank sees it (NCCL trims it to the rank's domain; default 0)")
     topo.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -177,8 +180,7 @@ def _add_perf_parser(sub) -> None:
                              ("-a", "--average", "how ranks' times are combined"),
                              ("-m", "--agg_iters", "operations aggregated per iteration"),
                              ("-N", "--run_cycles", "run cycles"), ("-G", "--cudagraph", "CUDA graph launches"),
-                             ("-C", "--report_cputime", "report CPU time"), ("-R", "--local_register", "registration"),
-                             ("-T", "--timeout", "timeout, s")):
+                             ("-C", "--report_cputime", "report CPU time"), ("-R", "--local_register", "registration")):
         g.add_argument(flag, name, type=_int_at_least(flag, 0), default=None, help=f"{what} (accepted; no effect)")
     perf.add_argument("--engine", default="model", choices=ENGINES,
                       help="model: NCCL's time model; des: the discrete-event simulation of the fabric")
@@ -186,6 +188,15 @@ def _add_perf_parser(sub) -> None:
                       help=f"a DES parameter for this run ({', '.join(PARAM_NAMES)}; repeatable)")
     perf.add_argument("--link-report", action="store_true",
                       help="after the table, the busiest links of the largest size (des): bytes, busy time, rate")
+    perf.add_argument("--trace", metavar="FILE",
+                      help="write the largest size's run as Chrome trace JSON (des; opens in Perfetto)")
+    perf.add_argument("--fault", action="append", default=[], metavar="SPEC",
+                      help="des: link-down:LINK@TIME or degrade:LINK:FACTOR (LINK as `nicksim topo --links` "
+                           "prints it; repeatable)")
+    perf.add_argument("--straggler", action="append", default=[], metavar="RANK:DELAY",
+                      help="des: this rank's kernels start DELAY late (us, or 5ms, 1s; repeatable)")
+    g.add_argument("-T", "--timeout", type=_positive_float("-T"), default=600.0,
+                   help="des: the watchdog limit in seconds of simulated time (default 600, PyTorch's)")
     perf.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
     perf.add_argument("--plan", action="store_true",
                       help="append NCCL's choice (algorithm, protocol, channels, threads) to each row")
@@ -298,9 +309,11 @@ def _run_perf(args, params: Params) -> int:
         _warn([f"-t/-g describe nccl-tests' processes ({per_process} GPU(s) each); the job has {job.nranks} ranks "
                "from the system options (--nodes, --gpus-per-node)"])
     measured = _measured_table(args.compare, collective, job.nranks) if args.compare else None
-    des = _des_params(job, args) if args.engine == "des" else None
+    _check_des_flags(args)
+    des = _des_setup(job, args) if args.engine == "des" else None
     pairs = perf_rows(job, collective, sizes, dtype, redop, args.root, args.engine, des)
-    hang = pairs.pop()[1].detail.hang if pairs and pairs[-1][0] is None else None
+    hang_run = pairs.pop()[1].detail if pairs and pairs[-1][0] is None else None
+    hang = hang_run.hang if hang_run is not None else None
     rows = [row for row, _ in pairs]
     if args.check == 0 or args.engine == "model":
         rows = [_unchecked(row) for row in rows]
@@ -330,8 +343,13 @@ def _run_perf(args, params: Params) -> int:
         print(line)
     if hang is not None:
         print("\n".join(f"# {line}" for line in hang.lines()))
-    if args.link_report and pairs and pairs[-1][1].detail is not None:
-        print("\n".join(format_link_report(pairs[-1][1].detail)))
+    last = pairs[-1][1].detail if pairs and pairs[-1][1].detail is not None else None
+    if hang is not None:
+        last = hang_run
+    if args.link_report and last is not None:
+        print("\n".join(format_link_report(last)))
+    if args.trace and last is not None:
+        _write_json(args.trace, chrome_trace(last))
     if measured is not None:
         print("\n".join(format_comparison(compare(rows, measured))))
     if args.json:
@@ -339,6 +357,20 @@ def _run_perf(args, params: Params) -> int:
                "nccl_version": job.system.rules.version.line}
         _write_json(args.json, results_json(collective, rows, run))
     return 1 if hang is not None else 0
+
+
+def _des_setup(job: Job, args):
+    from .model.engine import des_setup  # SimPy loads only for the DES
+    return des_setup(job, _des_params(job, args), args.fault, args.straggler, args.timeout * 1e6, bool(args.trace))
+
+
+def _check_des_flags(args) -> None:
+    if args.engine == "des":
+        return
+    for flag, given in (("--set", args.sets), ("--link-report", args.link_report), ("--trace", args.trace),
+                        ("--fault", args.fault), ("--straggler", args.straggler)):
+        if given:
+            raise UsageError(f"{flag} needs the DES engine", flag, "--engine des")
 
 
 def _des_params(job: Job, args):
@@ -424,6 +456,8 @@ def _run_topo(args, params: Params) -> int:
     if args.paths:
         print("\n".join(format_nccl_paths(paths)))
         print("\n".join(format_paths(paths)))
+    if args.links:
+        print("\n".join(format_fabric(build_fabric(cluster))))
     return 0
 
 

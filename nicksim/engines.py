@@ -113,18 +113,18 @@ def model_result(job: Job, call: Call) -> EngineResult:
                         choice.n_threads)
 
 
-def des_result(job: Job, call: Call, params=None) -> EngineResult:
-    """`call` simulated by the DES engine on NCCL's own plan (`params`: the engine's parameter set,
-    defaults for the job's GPUs when None). A hang comes back in `detail.hang`."""
-    from .model.engine import simulate  # the DES and SimPy load only when asked for
-    run = simulate(job, call, params)
+def des_result(job: Job, call: Call, setup=None) -> EngineResult:
+    """`call` simulated by the DES engine on NCCL's own plan (`setup`: a model.engine.DesSetup with
+    parameters and faults; defaults for the job when None). A hang comes back in `detail.hang`."""
+    from .model.engine import des_setup, simulate  # the DES and SimPy load only when asked for
+    run = simulate(setup or des_setup(job), call)
     plan = run.plan
     return EngineResult(call, run.time_us, plan.algorithm, plan.protocol, plan.max_channels, plan.n_threads,
                         "des", run)
 
 
-def engine_result(job: Job, call: Call, engine: str = "model", params=None) -> EngineResult:
-    """`call` answered by the named engine."""
+def engine_result(job: Job, call: Call, engine: str = "model", setup=None) -> EngineResult:
+    """`call` answered by the named engine (`setup`: the DES setup)."""
     if engine == "des":
-        return des_result(job, call, params)
+        return des_result(job, call, setup)
     return model_result(job, call)

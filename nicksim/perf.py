@@ -38,9 +38,9 @@ def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, s
 
 
 def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float", redop: str = "sum",
-              root: int = 0, engine: str = "model", params=None) -> list[tuple[ResultRow, EngineResult]]:
-    """One nccl-tests row per size, timed by `engine`, with the engine's plan attached (`params`:
-    the DES parameter set). A DES run that hangs ends the list: its result is the last one."""
+              root: int = 0, engine: str = "model", setup=None) -> list[tuple[ResultRow | None, EngineResult]]:
+    """One nccl-tests row per size, timed by `engine`, with the engine's plan attached (`setup`:
+    the DES setup). A DES run that hangs ends the list with (None, its result)."""
     if engine not in ENGINES:
         raise UsageError(f"engine '{engine}' is not available", "--engine", ", ".join(ENGINES))
     job.graphs  # a job without GPUs says so before anything else does
@@ -49,7 +49,7 @@ def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float",
     out = []
     for size in sizes:
         call = call_for_size(collective, size, dtype, redop, root, job.nranks)
-        result = engine_result(job, call, engine, params)
+        result = engine_result(job, call, engine, setup)
         if getattr(result.detail, "hang", None) is not None:
             out.append((None, result))
             break

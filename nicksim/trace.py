@@ -1,13 +1,18 @@
-"""What an engine recorded about one call, for people: the link-use report.
+"""What an engine recorded about one call, for people: the link-use report and the Chrome trace.
 
 `format_link_report(run, top)` promises the `top` busiest links of a DES run — ranked by their
 load, the share of their capacity the call used on average — with the bytes that crossed each, the
 share of the call's time they carried something, the rate they averaged while busy, their
 capacity and that load: where a what-if's bottleneck is.
+
+`chrome_trace(run)` promises a Chrome trace document (Trace Event Format; Perfetto and
+chrome://tracing open it): one process per rank, one thread per channel and stream, a complete
+event per slice a primitive moved (name: the primitive), and a counter per link carrying its rate
+in GB/s over time (process "links").
 """
 from __future__ import annotations
 
-__all__ = ["format_link_report"]
+__all__ = ["format_link_report", "chrome_trace"]
 
 
 def format_link_report(run, top: int = 10) -> list[str]:
@@ -30,3 +35,27 @@ def format_link_report(run, top: int = 10) -> list[str]:
         lines.append(f"# {name:<34} {nbytes:>14.0f} {100 * share:>5.1f}% {rate:>10.1f} {run.link_bw_gbps[name]:>9.1f} "
                      f"{100 * load(name):>5.1f}%")
     return lines
+
+
+def chrome_trace(run) -> dict:
+    """`run` (a model.engine.DesRun recorded with trace on) as a Chrome trace document."""
+    events: list[dict] = []
+    threads: dict[tuple[int, int, str], int] = {}
+    for rank, channel, stream, op, start, end in run.spans:
+        key = (rank, channel, stream)
+        if key not in threads:
+            threads[key] = tid = len([k for k in threads if k[0] == rank])
+            events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid,
+                           "args": {"name": f"channel {channel} {stream}"}})
+        events.append({"name": op, "ph": "X", "pid": rank, "tid": threads[key], "ts": start, "dur": end - start,
+                       "args": {"channel": channel, "stream": stream}})
+    for rank in sorted({k[0] for k in threads}):
+        events.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"rank {rank}"}})
+    links_pid = 1 + max((k[0] for k in threads), default=-1)
+    events.append({"name": "process_name", "ph": "M", "pid": links_pid, "args": {"name": "links"}})
+    for time_us, link, gbps in run.link_series:
+        events.append({"name": link, "ph": "C", "pid": links_pid, "ts": time_us, "args": {"GB/s": round(gbps, 3)}})
+    plan = run.plan
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"engine": "des", "bytes": plan.call.nbytes, "collective": plan.call.collective,
+                          "algorithm": plan.algorithm, "protocol": plan.protocol, "time_us": run.time_us}}

@@ -20,7 +20,8 @@ primitive it is in and what it waits for.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 import simpy
 
@@ -28,17 +29,46 @@ from ..calls import Call
 from ..constants.tuning_tables import tuning_tables
 from ..errors import UsageError
 from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, plan_call, rank_programs
-from .fabric import build_fabric
+from .fabric import Fabric, build_fabric
+from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
 from .network import FluidNetwork
 from .routes import HW_NET, HW_NVLINK, Router
 
-__all__ = ["DesRun", "Blocked", "HangReport", "simulate", "coarse_plan", "default_params"]
+__all__ = ["DesSetup", "DesRun", "Blocked", "HangReport", "des_setup", "simulate", "coarse_plan", "default_params",
+           "WATCHDOG_US"]
+
+WATCHDOG_US = 600e6  # PyTorch's default process-group timeout, 600 s
 
 _GRAPH_OF = {"Ring": "ring", "Tree": "tree", "NVLS": "nvls", "NVLSTree": "nvls",
              "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain"}
 _REDUCING_NVLS = ("nvlsReduceMulticast", "nvlsReduceSend")
 _LINE_NBYTES = {"LL": 16, "LL128": 128}  # a line: data and flag arrive together
+
+
+@dataclass(frozen=True)
+class DesSetup:
+    """What stays fixed across the calls of one DES run: the job, its fabric, the parameter set,
+    the faults, the ranks that start late (rank -> us), the watchdog limit, and whether to
+    record a trace."""
+
+    job: object
+    fabric: Fabric
+    params: DesParams
+    faults: tuple[Fault, ...] = ()
+    stragglers: tuple[tuple[int, float], ...] = ()
+    timeout_us: float = WATCHDOG_US
+    trace: bool = False
+
+
+def des_setup(job, params: DesParams | None = None, faults: Sequence[str] = (), stragglers: Sequence[str] = (),
+              timeout_us: float = WATCHDOG_US, trace: bool = False) -> DesSetup:
+    """The setup for `job`: default parameters unless given, `--fault` and `--straggler` texts parsed
+    against its fabric."""
+    fabric = build_fabric(job.cluster)
+    parsed = tuple(parse_fault(text, fabric) for text in faults)
+    late = tuple(parse_straggler(text, job.nranks) for text in stragglers)
+    return DesSetup(job, fabric, params or default_params(job), parsed, late, timeout_us, trace)
 
 
 @dataclass(frozen=True)
@@ -57,18 +87,65 @@ class Blocked:
 
 
 @dataclass(frozen=True)
+class Stall:
+    """A transfer that stopped on a link of no capacity: who sent it to whom, on which channel."""
+
+    src: int
+    dst: tuple[int, ...]
+    channel: int
+    link: str
+
+
+@dataclass(frozen=True)
 class HangReport:
-    """Nothing could progress: the streams left blocked, at the simulated time it became clear."""
+    """Nothing could progress, or the watchdog limit passed: the streams left blocked and the
+    transfers stalled on dead links, at the simulated time it became clear. `ranks` are the ranks
+    on both sides of the stalled transfers (where a fault is the cause)."""
 
     time_us: float
     blocked: tuple[Blocked, ...]
+    stalls: tuple[Stall, ...] = ()
+    watchdog: bool = False
+    last_progress_us: float = 0.0
 
-    def lines(self) -> list[str]:
-        out = [f"hang: {len(self.blocked)} stream(s) blocked at {self.time_us:.1f} us"]
-        for b in self.blocked:
-            out.append(f"  rank {b.rank} channel {b.channel} {b.stream}: {b.op} #{b.prim_index} "
-                       f"(elements {b.offset}+{b.nelem}, slice {b.slice_index}) waits for {b.waits_for}")
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({r for s in self.stalls for r in (s.src, *s.dst)}))
+
+    def lines(self, per_rank: int = 1) -> list[str]:
+        """The report for people: stalled transfers by link and pair (their channels listed), then
+        per blocked rank how many streams wait and what the first `per_rank` of them wait for."""
+        why = "the watchdog limit passed" if self.watchdog else "nothing can progress"
+        ranks = sorted({b.rank for b in self.blocked})
+        out = [f"hang: {len(self.blocked)} stream(s) of {len(ranks)} rank(s) blocked; last progress at "
+               f"{self.last_progress_us:.1f} us, reported at {self.time_us:.1f} us ({why})"]
+        pairs: dict[tuple, list[int]] = {}
+        for stall in self.stalls:
+            pairs.setdefault((stall.link, stall.src, stall.dst), []).append(stall.channel)
+        for (link, src, dst), channels in sorted(pairs.items()):
+            out.append(f"  stalled on {link} (carries nothing): rank {src} -> rank {', '.join(map(str, dst))}, "
+                       f"channels {', '.join(map(str, sorted(channels)))}")
+        for rank in ranks:
+            mine = sorted((b for b in self.blocked if b.rank == rank), key=_telling)
+            for b in mine[:per_rank]:
+                out.append(f"  rank {rank}: {len(mine)} stream(s) blocked, e.g. channel {b.channel} {b.stream}: "
+                           f"{b.op} #{b.prim_index} (elements {b.offset}+{b.nelem}) waits for {b.waits_for}")
         return out
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What `_Sim._route` reads of a primitive."""
+
+    op: str
+    recv_from: tuple[int, ...]
+    send_to: tuple[int, ...]
+
+
+def _telling(blocked: Blocked) -> int:
+    """Streams stuck on the network first, then on a peer, then on anything else."""
+    what = blocked.waits_for
+    return 0 if what == "its transfer" else 1 if "rank" in what else 2
 
 
 @dataclass(frozen=True)
@@ -84,6 +161,9 @@ class DesRun:
     link_bw_gbps: dict[str, float]
     hang: HangReport | None = None
     chunk_factor: int = 1
+    channel_end_us: dict[int, float] = field(default_factory=dict)
+    spans: tuple = ()  # (rank, channel, stream, op, start_us, end_us) per slice, with DesSetup.trace
+    link_series: tuple = ()  # (time_us, link name, GB/s) at every change, with DesSetup.trace
 
 
 def default_params(job) -> DesParams:
@@ -125,22 +205,24 @@ class _Conn:
 
 
 class _Sim:
-    def __init__(self, job, plan: Plan, params: DesParams, factor: int = 1,
-                 capacity_overrides: dict[int, float] | None = None):
-        self.job, self.plan, self.params = job, plan, params
+    def __init__(self, setup: DesSetup, plan: Plan, factor: int = 1):
+        job, params = setup.job, setup.params
+        self.setup, self.job, self.plan, self.params = setup, job, plan, params
         self.call: Call = plan.call
         self.per_node = len(job.paths.node_system.gpus())
         self.nodes = job.nodes
-        self.fabric = build_fabric(job.cluster)
+        self.fabric = setup.fabric
         n_ch = max((p.channel for p in plan.parts), default=0) + 1
         self.router = Router(job, self.fabric, _GRAPH_OF.get(plan.algorithm, "ring"), n_ch)
         n_fabric = len(self.fabric.links)
         capacity = [link.bw_gbps for link in self.fabric.links] + [params.cta_bw_gbps] * (self.router.n_links - n_fabric)
-        for link, bw in (capacity_overrides or {}).items():
-            capacity[link] = bw
+        for fault in setup.faults:
+            if fault.kind == "degrade":
+                for link in fault.links:
+                    capacity[link] *= fault.factor
         latency = [link.lat_us for link in self.fabric.links] + [0.0] * (len(capacity) - n_fabric)
         self.env = simpy.Environment()
-        self.net = FluidNetwork(self.env, capacity, latency)
+        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace)
         ring_simple = plan.protocol == "Simple" and plan.algorithm == "Ring"
         self.slices = max(1, plan.chunk_steps // plan.slice_steps) if ring_simple else 1
         self.credits = NCCL_STEPS // plan.slice_steps if ring_simple else NCCL_STEPS
@@ -158,6 +240,12 @@ class _Sim:
         self.n_streams = 0
         self.end_us = 0.0
         self.nvls_eff = params.nvls_efficiency
+        self.channel_end: dict[int, float] = {}
+        self.spans: list = [] if setup.trace else None
+        self.late = dict(setup.stragglers)
+        self.weight: dict[int, int] = {}
+        self.groups: dict[int, list[int]] = {}
+        self.last_progress = 0.0
 
     # --- waiting ------------------------------------------------------------------------------
 
@@ -181,14 +269,54 @@ class _Sim:
 
     # --- one stream ---------------------------------------------------------------------------
 
-    def run(self, programs: dict[int, tuple]) -> None:
+    def run(self, programs: dict[int, tuple], merge: bool = True) -> None:
         launch = self.params.launch_us(self.plan.algorithm, self.plan.protocol)
+        self.groups = self._channel_groups(programs) if merge else {c: [c] for c in self._channels(programs)}
+        for rep, members in self.groups.items():
+            self.weight[rep] = len(members)
+            for rank in programs:
+                self.net.capacity[self.router.cta(rank, rep)] *= len(members)
         for rank, progs in programs.items():
             for prog in progs:
+                if prog.channel not in self.groups:
+                    continue
                 for stream in prog.streams:
                     self.n_streams += 1
-                    self.env.process(self._stream(rank, prog.channel, stream, launch))
-        self.env.run()
+                    self.env.process(self._stream(rank, prog.channel, stream, launch + self.late.get(rank, 0.0)))
+        for fault in self.setup.faults:
+            if fault.kind == "link-down":
+                self.env.process(self._link_down(fault))
+        self.env.run(until=self.setup.timeout_us)
+
+    @staticmethod
+    def _channels(programs: dict[int, tuple]) -> list[int]:
+        return sorted({prog.channel for progs in programs.values() for prog in progs})
+
+    def _channel_groups(self, programs: dict[int, tuple]) -> dict[int, list[int]]:
+        """Channels that run the same primitives between the same ranks over the same links move in
+        lockstep: each group is simulated once, its flows counting once per member on every link
+        (max-min fairness gives identical flows identical rates, so this is exact)."""
+        by_sig: dict[tuple, list[int]] = {}
+        per_channel: dict[int, list] = {}
+        for rank, progs in programs.items():
+            node, local = divmod(rank, self.per_node)
+            for prog in progs:
+                sig = per_channel.setdefault(prog.channel, [])
+                for stream in prog.streams:
+                    shapes = tuple((p.op, p.nelem, p.recv_from, p.send_to, p.conn, p.pat) for p in stream.prims)
+                    kinds = {(p.op, p.recv_from, p.send_to) for p in stream.prims}
+                    routes = tuple(sorted((kind, self._route(_Shape(*kind), rank, prog.channel, node, local,
+                                                             [d for d in kind[2] if d >= 0])[0][1:])
+                                          for kind in kinds))
+                    sig.append((rank, stream.name, shapes, routes))
+        for channel in sorted(per_channel):
+            by_sig.setdefault(tuple(per_channel[channel]), []).append(channel)
+        return {members[0]: members for members in by_sig.values()}
+
+    def _link_down(self, fault: Fault):
+        yield self.env.timeout(fault.at_us)
+        for link in fault.links:
+            self.net.set_capacity(link, 0.0)
 
     def _stream(self, rank: int, channel: int, stream, launch_us: float):
         state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch"]
@@ -226,7 +354,9 @@ class _Sim:
                         state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
                         yield self._wait(("slot", channel, rank, dst, prim.conn))
                 first = self.head_nbytes if self.head_nbytes is not None else wire * self.head_share
-                head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first))
+                start = self.env.now
+                head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
+                                                      (rank, tuple(peers_out), channel), self.weight[channel])
                 for dst, conn in zip(peers_out, outs):
                     conn.heads.append(head)
                     conn.dones.append(done)
@@ -234,6 +364,9 @@ class _Sim:
                 self._switch_outputs(prim, channel, node, key, head, done)
                 state[3] = "its transfer"
                 yield sent
+                self.last_progress = self.env.now
+                if self.spans is not None:
+                    self.spans.append((rank, channel, stream.name, prim.op, start, self.env.now))
                 for up in upstream:
                     if not up.processed:
                         state[3] = "the rest of its input"
@@ -244,6 +377,8 @@ class _Sim:
         state[3] = None
         self.finished += 1
         self.end_us = max(self.end_us, self.env.now)
+        for member in self.groups[channel]:
+            self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
 
     def _switch_inputs(self, prim, channel: int, key: tuple, state: list):
         """Wait for what the switches must hold before `prim` runs; returns the completion events
@@ -320,13 +455,17 @@ class _Sim:
     def hang(self) -> HangReport | None:
         if self.finished == self.n_streams:
             return None
+        names = [link.name for link in self.fabric.links]
+        stalls = tuple(Stall(src, dsts, channel, names[link]) for (src, dsts, channel), link in self.net.stalled()
+                       if link < len(names))
         blocked = []
         for (rank, channel, name), (index, prim, s, what) in sorted(self.state.items(), key=lambda kv: kv[0]):
             if what is None:
                 continue
             blocked.append(Blocked(rank, channel, name, index, prim.op if prim else "launch",
                                    prim.offset if prim else 0, prim.nelem if prim else 0, s, what))
-        return HangReport(self.env.now, tuple(blocked))
+        return HangReport(self.env.now, tuple(blocked), stalls, self.env.now >= self.setup.timeout_us,
+                          self.last_progress)
 
     def link_stats(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
         names = [link.name for link in self.fabric.links]
@@ -344,20 +483,23 @@ def _programs(job, plan: Plan) -> dict[int, tuple]:
     return {r: rank_programs(plan, rings, trees, r, nvls, collnet) for r in range(job.nranks)}
 
 
-def simulate(job, call: Call, params: DesParams | None = None, plan: Plan | None = None,
-             capacity_overrides: dict[int, float] | None = None) -> DesRun:
-    """Run `call` on `job` through the DES (NCCL's own plan unless `plan` is given)."""
+def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool = True) -> DesRun:
+    """Run `call` through the DES as `setup` says (NCCL's own plan unless `plan` is given);
+    `merge=False` simulates every channel even where several move in lockstep."""
     if call.collective in ("alltoall", "sendrecv"):
         raise UsageError(f"the DES engine does not run {call.collective} yet", "--engine des",
                          "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
-    params = params or default_params(job)
+    job = setup.job
     plan = plan or plan_call(job.comm, call)
     if plan.algorithm == "PAT":
         raise UsageError("the DES engine does not run PAT plans yet", "--engine des",
                          "NCCL_ALGO=Ring for this call")
-    coarse, factor = coarse_plan(plan, params.max_chunks, job.nodes)
-    sim = _Sim(job, coarse, params, factor, capacity_overrides)
-    sim.run(_programs(job, coarse))
+    coarse, factor = coarse_plan(plan, setup.params.max_chunks, job.nodes)
+    sim = _Sim(setup, coarse, factor)
+    sim.run(_programs(job, coarse), merge)
     nbytes, busy, bw = sim.link_stats()
     hang = sim.hang()
-    return DesRun(plan, sim.end_us if hang is None else sim.env.now, nbytes, busy, bw, hang, factor)
+    names = [link.name for link in setup.fabric.links]
+    series = tuple((t, names[link], gbps) for t, link, gbps in (sim.net.series or ()) if link < len(names))
+    return DesRun(plan, sim.end_us if hang is None else sim.env.now, nbytes, busy, bw, hang, factor,
+                  dict(sorted(sim.channel_end.items())), tuple(sim.spans or ()), series)

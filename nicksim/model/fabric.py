@@ -18,7 +18,7 @@ from typing import Mapping
 from ..cluster import Cluster, fabric_route
 from ..errors import UsageError
 
-__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "net_route"]
+__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "net_route", "format_fabric"]
 
 
 @dataclass(frozen=True)
@@ -105,3 +105,13 @@ def net_route(fabric: Fabric, src: tuple[int, int, int], dst: tuple[int, int, in
     cables = tuple(fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
     return (node_route(fabric, n1, system.gpu_by_rank(r1), nets[p1]) + cables
             + node_route(fabric, n2, nets[p2], system.gpu_by_rank(r2)))
+
+
+def format_fabric(fabric: Fabric) -> list[str]:
+    """Every directed link, one per line: name, kind, GB/s and latency (the names --fault takes)."""
+    lines = [f"=== Fabric : {len(fabric.links)} directed links ({fabric.per_node} per node copy, "
+             f"{len(fabric.links) - fabric.per_node * fabric.nodes} network) ==="]
+    width = max((len(link.name) for link in fabric.links), default=0)
+    lines += [f"{link.name:<{width}}  {link.kind:<5} {link.bw_gbps:8.1f} GB/s {link.lat_us:6.2f} us"
+              for link in fabric.links]
+    return lines

@@ -48,7 +48,7 @@ class DesParams:
     nvls_efficiency: float
     step_lat_scale: float = 1.0
     launch_scale: float = 1.0
-    max_chunks: int = 32
+    max_chunks: int = 64
 
     def step_lat_us(self, hw: str, algorithm: str, protocol: str) -> float:
         row = algorithm if algorithm in ("Tree", "Ring") else "Ring"

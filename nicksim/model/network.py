@@ -31,12 +31,13 @@ _EPS_US = 1e-9       # transfers this close to arriving arrive together
 
 
 class _Transfer:
-    __slots__ = ("route", "use", "links", "counts", "left", "rate", "done", "head", "head_left", "sent", "lat")
+    __slots__ = ("route", "use", "links", "counts", "left", "rate", "done", "head", "head_left", "sent", "lat", "tag")
 
     def __init__(self, route: tuple[int, ...], nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
                  head: simpy.Event | None = None, head_nbytes: float = 0.0):
         self.route, self.left, self.rate, self.done = route, float(nbytes), 0.0, done
         self.sent, self.lat = sent, lat
+        self.tag = None
         self.use = Counter(route)
         self.links = np.fromiter(self.use.keys(), dtype=np.int64, count=len(self.use))
         self.counts = np.fromiter(self.use.values(), dtype=np.float64, count=len(self.use))
@@ -48,7 +49,7 @@ class FluidNetwork:
     """Links of fixed capacity (GB/s) and latency (us) shared fairly by the transfers on them."""
 
     def __init__(self, env: simpy.Environment, capacity_gbps: Sequence[float],
-                 latency_us: Sequence[float] | None = None):
+                 latency_us: Sequence[float] | None = None, record: bool = False):
         self.env = env
         self.capacity = np.array(capacity_gbps, dtype=float)
         self.latency = list(latency_us) if latency_us is not None else [0.0] * len(self.capacity)
@@ -59,19 +60,26 @@ class FluidNetwork:
         self._since = 0.0
         self._wake = 0          # generation of the pending wake-up; older ones are stale
         self._pending = False   # a re-division is scheduled for this instant
+        # With `record`, (time, link, GB/s) whenever a link's carried rate changes.
+        self.series: list[tuple[float, int, float]] | None = [] if record else None
+        self._load = np.zeros(len(self.capacity))
 
     def transfer(self, route: Sequence[int], nbytes: float, lat_us: float = 0.0) -> simpy.Event:
         """An event fired when `nbytes` sent along `route` (link ids) have all arrived."""
         return self.transfer2(route, nbytes, lat_us, nbytes)[1]
 
-    def transfer2(self, route: Sequence[int], nbytes: float, lat_us: float, head_nbytes: float
-                  ) -> tuple[simpy.Event, simpy.Event, simpy.Event]:
+    def transfer2(self, route: Sequence[int], nbytes: float, lat_us: float, head_nbytes: float, tag=None,
+                  weight: int = 1) -> tuple[simpy.Event, simpy.Event, simpy.Event]:
         """(head, done, sent): fired when the first `head_nbytes` and when all `nbytes` have arrived,
-        and when the last byte has left."""
+        and when the last byte has left. `tag` names the transfer in `stalled()`; a `weight` of k
+        stands for k identical transfers moving together (each link carries k times its rate)."""
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         delay = lat_us + sum(self.latency[link] for link in route)
         item = _Transfer(tuple(route), nbytes, done, sent, delay, None if head is done else head, head_nbytes)
+        item.tag = tag
+        if weight != 1:
+            item.counts = item.counts * weight
         self._start(item)
         return head, done, sent
 
@@ -81,6 +89,11 @@ class FluidNetwork:
         self.capacity[link] = bw_gbps
         self._later()
 
+    def stalled(self) -> list[tuple[object, int]]:
+        """(tag, dead link) of every transfer left on a link of no capacity."""
+        return [(item.tag, next(link for link in item.use if self.capacity[link] <= 0))
+                for item in self.moving if any(self.capacity[link] <= 0 for link in item.use)]
+
     def _start(self, item: _Transfer) -> None:
         if item.left <= _DONE or not item.route:
             self._fire_head(item)
@@ -88,7 +101,7 @@ class FluidNetwork:
             return
         # Rates change only when the links are re-divided, which advances everyone first; a new
         # transfer waits for that division at rate 0.
-        for link, times in item.use.items():
+        for link, times in zip(item.links.tolist(), item.counts.tolist()):
             self.bytes_on[link] += item.left * times
         self.moving.append(item)
         self._later()
@@ -121,12 +134,23 @@ class FluidNetwork:
             item.rate = rate
         moving = [item.links for item in self.moving if item.rate > 0]
         self._busy = np.unique(np.concatenate(moving)) if moving else np.zeros(0, dtype=np.int64)
+        if self.series is not None:
+            self._record()
         self._wake += 1
         times = [(item.left - (item.head_left if item.head is not None else 0.0)) / (item.rate * _BYTES_PER_US)
                  for item in self.moving if item.rate > 0]
         if times:
             wake = self._wake
             self.env.timeout(max(0.0, min(times))).callbacks.append(lambda _: self._arrive(wake))
+
+    def _record(self) -> None:
+        load = np.zeros(len(self.capacity))
+        for item in self.moving:
+            if 0 < item.rate < float("inf"):
+                load[item.links] += item.counts * item.rate
+        for link in np.nonzero(np.abs(load - self._load) > 1e-9)[0].tolist():
+            self.series.append((self.env.now, link, float(load[link])))
+        self._load = load
 
     def _arrive(self, wake: int) -> None:
         if wake != self._wake:

@@ -1,0 +1,231 @@
+"""The DES engine (nicksim/model/engine.py): agreement with NCCL's formula where it is right, and
+what only a simulation of the fabric shows — contention, faults, stragglers."""
+import json
+
+import pytest
+
+from nicksim.calls import call_for_size
+from nicksim.engines import model_result
+from nicksim.job import JobSpec, load_job
+from nicksim.model.engine import coarse_plan, des_setup, simulate
+from nicksim.model.hwparams import with_overrides
+from nicksim.model.routes import Router
+from nicksim.params import read_params
+from nicksim.plan import plan_call
+from nicksim.trace import chrome_trace, format_link_report
+
+from conftest import run_cli
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+MiB = 1 << 20
+
+
+def job_of(system="dgx-h100", nodes=1, env=None, **spec):
+    return load_job(JobSpec(system=system, nodes=nodes, nccl_version="2.30", **spec), read_params(env or {}))
+
+
+def times(job, collective, nbytes, **setup):
+    call = call_for_size(collective, nbytes, "float", "sum", 0, job.nranks)
+    return model_result(job, call).time_us, simulate(des_setup(job, **setup), call)
+
+
+# --- where NCCL's formula is right, the DES agrees with it -------------------------------------
+
+AGREEING = [(system, 1, coll) for system in ("dgx-h100", "dgx-a100", "hgx-h200", "dgx-b200", "pcie-8x-rtx4090")
+            for coll in COLLECTIVES] + [("dgx-h100", 2, coll) for coll in ("all_reduce", "all_gather",
+                                                                            "reduce_scatter")]
+
+
+@pytest.mark.parametrize("system, nodes, collective", AGREEING)
+def test_des_agrees_with_the_model_for_large_messages_on_symmetric_systems(system, nodes, collective):
+    # Ring broadcast/reduce at 256 MiB are the exception the next test explains; 1 GiB holds for all.
+    job = job_of(system, nodes)
+    for nbytes in ((1024 * MiB,) if collective in ("broadcast", "reduce") else (256 * MiB, 1024 * MiB)):
+        model_us, run = times(job, collective, nbytes)
+        assert run.hang is None
+        assert run.time_us == pytest.approx(model_us, rel=0.15), (nbytes, run.plan.algorithm, run.plan.protocol)
+
+
+def test_ring_broadcast_pays_a_pipeline_fill_the_formula_leaves_out():
+    # Simple broadcast posts whole 512 KiB steps (BROADCAST_SLICESTEPS 1): the last rank of an 8-GPU ring
+    # starts 7 steps after the root. NCCL's formula has no such term, so the DES is slower at 256 MiB —
+    # by a gap that shrinks with the step (NCCL_BUFFSIZE / 8), which is what proves the cause.
+    gaps = []
+    for buff in (4 * MiB, 1 * MiB, MiB // 4):
+        job = job_of(env={"NCCL_BUFFSIZE": str(buff)})
+        model_us, run = times(job, "broadcast", 256 * MiB)
+        gaps.append(run.time_us / model_us - 1)
+    assert gaps[0] > 0.15
+    assert gaps[0] > 2 * gaps[1] > 4 * gaps[2] > 0
+
+
+# --- contention ----------------------------------------------------------------------------------
+
+def test_two_gpus_behind_one_pcie_switch_share_its_uplink():
+    # Without P2P the two GPUs talk through host memory: all_reduce moves the same bytes per direction as
+    # a broadcast, but both GPUs push up (and pull down) through the switch's one uplink at once, so it
+    # takes twice as long. Doubling that uplink alone nearly halves all_reduce and leaves broadcast as it was.
+    job = job_of("pcie-2x-rtx2080ti")
+    _, ar = times(job, "all_reduce", 256 * MiB)
+    _, bc = times(job, "broadcast", 256 * MiB)
+    assert ar.time_us == pytest.approx(2 * bc.time_us, rel=0.1)
+    wide = ["degrade:node0:PCI/0-CPU/0:2"]
+    _, ar_wide = times(job, "all_reduce", 256 * MiB, faults=wide)
+    _, bc_wide = times(job, "broadcast", 256 * MiB, faults=wide)
+    assert ar_wide.time_us < 0.6 * ar.time_us
+    assert bc_wide.time_us == pytest.approx(bc.time_us, rel=0.02)
+
+
+def test_an_oversubscribed_spine_halves_inter_node_busbw():
+    # One node per leaf, so every inter-node byte crosses the spine; at 2:1 each leaf's uplinks carry
+    # half its downlinks. NCCL's formula does not see the spine at all.
+    env = {"NCCL_ALGO": "Ring"}
+    full = job_of(nodes=2, env=env, hosts_per_leaf=1)
+    half = job_of(nodes=2, env=env, hosts_per_leaf=1, oversubscription=2.0)
+    model_full, run_full = times(full, "all_reduce", 1024 * MiB)
+    model_half, run_half = times(half, "all_reduce", 1024 * MiB)
+    assert model_half == model_full
+    assert run_full.time_us / run_half.time_us == pytest.approx(0.5, abs=0.05)
+
+
+def test_a_degraded_nic_slows_exactly_the_rings_that_cross_it():
+    job = job_of(nodes=2, env={"NCCL_ALGO": "Ring"})
+    _, base = times(job, "all_reduce", 256 * MiB)
+    _, slow = times(job, "all_reduce", 256 * MiB, faults=["degrade:nic(0,0)->leaf(0,0):0.25"])
+    setup = des_setup(job)
+    router = Router(job, setup.fabric, "ring", base.plan.n_channels)
+    nic = setup.fabric.cables[(("nic", 0, 0), ("leaf", 0, 0))]
+    crossing = {c for c in base.channel_end_us
+                if any(nic in router.peer(c, r, job.channels.rings[c][(job.channels.rings[c].index(r) + 1) % 16])[0]
+                       for r in range(job.nranks))}
+    slowed = {c for c in base.channel_end_us if slow.channel_end_us[c] > 1.2 * base.channel_end_us[c]}
+    assert crossing and slowed == crossing
+    assert slow.time_us > 1.5 * base.time_us
+
+
+# --- faults and stragglers -----------------------------------------------------------------------
+
+def test_a_link_down_mid_collective_is_a_hang_naming_both_sides():
+    job = job_of(nodes=2, env={"NCCL_ALGO": "Ring"})
+    _, run = times(job, "all_reduce", 256 * MiB, faults=["link-down:nic(0,0)->leaf(0,0)@100us"],
+                   timeout_us=1e6)
+    hang = run.hang
+    assert hang is not None and hang.watchdog and hang.time_us == 1e6
+    assert hang.ranks == (0, 8)  # rank 0 sends through NIC 0 of node 0 to rank 8 on node 1
+    assert 100 < hang.last_progress_us < 1e6
+    assert any("rank 0 -> rank 8" in line for line in hang.lines())
+
+
+def test_a_straggler_delays_everyone_by_its_delay_and_no_more():
+    job = job_of(nodes=2, env={"NCCL_ALGO": "Ring"})
+    _, base = times(job, "all_reduce", 256 * MiB)
+    for delay in (100.0, 1000.0):
+        _, late = times(job, "all_reduce", 256 * MiB, stragglers=[f"5:{delay}us"])
+        assert base.time_us + delay <= late.time_us + 1e-6
+        assert late.time_us <= base.time_us + delay + 0.01 * base.time_us
+
+
+# --- granularity and merged channels -------------------------------------------------------------
+
+@pytest.mark.parametrize("system, nodes, collective, env", [
+    ("dgx-h100", 1, "all_reduce", {}), ("dgx-h100", 1, "all_gather", {}), ("dgx-h100", 2, "all_reduce", {}),
+    ("dgx-h100", 2, "all_reduce", {"NCCL_ALGO": "Ring"}), ("dgx-a100", 1, "broadcast", {}),
+    ("dgx-h100", 2, "all_reduce", {"NCCL_ALGO": "Tree"}), ("pcie-8x-rtx4090", 1, "all_reduce", {}),
+])
+def test_channels_merged_in_lockstep_give_the_full_detail_answer(system, nodes, collective, env):
+    job = job_of(system, nodes, env)
+    setup = des_setup(job)
+    for nbytes in (64 * 1024, 4 * MiB, 64 * MiB):
+        call = call_for_size(collective, nbytes, "float", "sum", 0, job.nranks)
+        merged, full = simulate(setup, call), simulate(setup, call, merge=False)
+        assert merged.time_us == pytest.approx(full.time_us, rel=0.01), nbytes
+        assert merged.channel_end_us == pytest.approx(full.channel_end_us, rel=0.01)
+
+
+
+def test_coarse_chunks_leave_the_answer_where_it_was():
+    # 1 GiB of NVLS is 512 chunks of 128 KiB per channel: at most 64 coarse chunks per channel (a factor 8)
+    # and 4x finer ones give the same time within 2%.
+    job = job_of()
+    call = call_for_size("all_reduce", 1 << 30, "float", "sum", 0, job.nranks)
+    coarse = simulate(des_setup(job), call)
+    fine = simulate(des_setup(job, with_overrides(des_setup(job).params, {"des.max_chunks": 256})), call)
+    assert coarse.chunk_factor == 8 and fine.chunk_factor == 2
+    assert coarse.time_us == pytest.approx(fine.time_us, rel=0.02)
+
+
+def test_coarse_plan_grows_chunks_by_a_whole_factor():
+    job = job_of()
+    plan = plan_call(job.comm, call_for_size("all_gather", 8 << 30, "float", "none", 0, 8))
+    grown, factor = coarse_plan(plan, 4)
+    assert factor > 1
+    assert all(g.chunk_count == p.chunk_count * factor for g, p in zip(grown.parts, plan.parts))
+    assert coarse_plan(plan, 10 ** 9) == (plan, 1)
+
+
+def test_small_messages_cost_nccls_latencies():
+    # LL ring all_reduce of 8 bytes: baseLat 6.6 + 14 NVLink hops x 0.6 us (tuning.cc 2.30.7) = 15.0.
+    _, run = times(job_of(), "all_reduce", 8)
+    assert run.plan.protocol == "LL" and run.time_us == pytest.approx(15.0, abs=0.05)
+
+
+# --- reports -------------------------------------------------------------------------------------
+
+def test_link_report_and_trace():
+    job = job_of()
+    call = call_for_size("all_reduce", 64 * MiB, "float", "sum", 0, 8)
+    run = simulate(des_setup(job, trace=True), call)
+    report = format_link_report(run, top=3)
+    assert len(report) == 5 and "NVS/0" in report[2]
+    doc = json.loads(json.dumps(chrome_trace(run)))
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == set(range(8))
+    assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(run.time_us)
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert counters and all(e["args"]["GB/s"] <= run.link_bw_gbps.get(e["name"], 1e9) + 1e-3 for e in counters)
+
+
+def test_perf_des_from_the_command_line(tmp_path):
+    out = run_cli("perf", "all_reduce", "-b", "1M", "-e", "4M", "--engine", "des", "--plan", "--link-report",
+                  "-J", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    assert "(des)" in out.stdout and "# link report" in out.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["engine"] == "des"
+
+
+def test_perf_des_hang_exits_1_with_the_report():
+    out = run_cli("perf", "all_reduce", "-b", "64M", "-e", "64M", "--engine", "des", "--nodes", "2",
+                  "--fault", "link-down:nic(0,0)->leaf(0,0)@10us", "-T", "1")
+    assert out.returncode == 1, out.stderr
+    assert "# hang:" in out.stdout and "stalled on nic(0,0)->leaf(0,0)" in out.stdout
+
+
+@pytest.mark.parametrize("args, where", [
+    (["--fault", "link-down:nic(0,0)->leaf(0,1)@1us", "--nodes", "2"], "--fault"),
+    (["--fault", "degrade:node0:GPU/0->DEV/0:0"], "--fault"),
+    (["--fault", "link-down:node0:GPU/0->DEV/0"], "--fault"),
+    (["--straggler", "9:1us"], "--straggler"),
+    (["--straggler", "1:soon"], "--straggler"),
+])
+def test_bad_des_input_is_one_line_and_status_2(args, where):
+    out = run_cli("perf", "all_reduce", "-b", "1M", "-e", "1M", "--engine", "des", *args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and where in lines[0], out.stderr
+
+
+def test_a_misspelt_link_lists_the_nearest_names():
+    out = run_cli("perf", "all_reduce", "-b", "1M", "-e", "1M", "--engine", "des", "--nodes", "2",
+                  "--fault", "link-down:nic(0,0)->leaf(0,1)@1us")
+    assert "nic(0,0)->leaf(0,0)" in out.stderr
+
+
+def test_des_flags_need_the_des_engine():
+    out = run_cli("perf", "all_reduce", "--link-report")
+    assert out.returncode == 2 and "--engine des" in out.stderr
+
+
+def test_topo_lists_the_links_faults_name():
+    out = run_cli("topo", "dgx-h100", "--nodes", "2", "--links")
+    assert out.returncode == 0
+    assert "nic(0,0)->leaf(0,0)" in out.stdout and "node1:GPU/7->DEV/7" in out.stdout
