@@ -268,10 +268,12 @@ class Prim:
 
 @dataclass(frozen=True)
 class Stream:
-    """A thread group's sequence of primitives (tree split and NVLS run several per channel)."""
+    """A thread group's sequence of primitives (tree split and NVLS run several per channel);
+    `protocol` is set where it differs from the plan's (point-to-point transfers choose their own)."""
 
     name: str
     prims: tuple[Prim, ...]
+    protocol: str | None = None
 
 
 @dataclass(frozen=True)

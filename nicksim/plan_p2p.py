@@ -258,5 +258,5 @@ def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channel
                 if cursor >= end:
                     break
             name = f"{'send' if t.send else 'recv'} r{t.round} peer {t.peer} part {part}"
-            streams.setdefault(channel, []).append(Stream(name, tuple(prims)))
+            streams.setdefault(channel, []).append(Stream(name, tuple(prims), t.protocol))
     return tuple(ChannelProgram(c, tuple(s)) for c, s in sorted(streams.items()))

@@ -28,7 +28,9 @@ import simpy
 from ..calls import Call
 from ..constants.tuning_tables import tuning_tables
 from ..errors import UsageError
-from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, plan_call, rank_programs
+from ..connect import p2p_channels, p2p_chunk_nbytes
+from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, Stream, plan_call, rank_programs
+from ..plan_p2p import p2p_programs
 from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
@@ -41,7 +43,7 @@ __all__ = ["DesSetup", "DesRun", "Blocked", "HangReport", "des_setup", "simulate
 WATCHDOG_US = 600e6  # PyTorch's default process-group timeout, 600 s
 
 _GRAPH_OF = {"Ring": "ring", "Tree": "tree", "NVLS": "nvls", "NVLSTree": "nvls",
-             "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain"}
+             "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain", "P2P": "p2p"}
 _REDUCING_NVLS = ("nvlsReduceMulticast", "nvlsReduceSend")
 _LINE_NBYTES = {"LL": 16, "LL128": 128}  # a line: data and flag arrive together
 
@@ -205,7 +207,7 @@ class _Conn:
 
 
 class _Sim:
-    def __init__(self, setup: DesSetup, plan: Plan, factor: int = 1):
+    def __init__(self, setup: DesSetup, plan: Plan, factor: int = 1, n_channels: int = 0):
         job, params = setup.job, setup.params
         self.setup, self.job, self.plan, self.params = setup, job, plan, params
         self.call: Call = plan.call
@@ -213,6 +215,7 @@ class _Sim:
         self.nodes = job.nodes
         self.fabric = setup.fabric
         n_ch = max((p.channel for p in plan.parts), default=0) + 1
+        n_ch = max(n_ch, n_channels)
         self.router = Router(job, self.fabric, _GRAPH_OF.get(plan.algorithm, "ring"), n_ch)
         n_fabric = len(self.fabric.links)
         capacity = [link.bw_gbps for link in self.fabric.links] + [params.cta_bw_gbps] * (self.router.n_links - n_fabric)
@@ -228,8 +231,9 @@ class _Sim:
         self.credits = NCCL_STEPS // plan.slice_steps if ring_simple else NCCL_STEPS
         # What a receiver must have before it starts on a slice: LL and LL128 flag every line, so
         # the first line; Simple posts whole slices, so the first real slice of a coarse one.
-        self.head_nbytes = _LINE_NBYTES.get(plan.protocol)
         self.head_share = 1.0 / factor
+        # Point-to-point prims count bytes (plan_p2p.py); collectives count elements.
+        self.elem_nbytes = 1 if plan.algorithm == "P2P" else self.call.elem_nbytes
         self.conns: dict[tuple, _Conn] = {}
         self.waiting: dict[tuple, simpy.Event] = {}
         self.nvls_in: dict[tuple, list] = {}
@@ -322,17 +326,19 @@ class _Sim:
         state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch"]
         yield self.env.timeout(launch_us)
         node, local = divmod(rank, self.per_node)
-        elem = self.call.elem_nbytes
+        elem = self.elem_nbytes
+        protocol = stream.protocol or self.plan.protocol
+        line = _LINE_NBYTES.get(protocol)
         for index, prim in enumerate(stream.prims):
             state[0], state[1] = index, prim
             peers_in = [src for src in prim.recv_from if src >= 0]
             peers_out = [dst for dst in prim.send_to if dst >= 0]
             route, hw = self._route(prim, rank, channel, node, local, peers_out)
             nbytes = prim.nelem * elem / self.slices
-            wire = wire_nbytes(self.plan.protocol, nbytes)
+            wire = wire_nbytes(protocol, nbytes)
             if prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":
                 wire /= self.nvls_eff
-            lat = self.params.step_lat_us(hw, self.plan.algorithm, self.plan.protocol) if hw else 0.0
+            lat = self.params.step_lat_us(hw, self.plan.algorithm, protocol) if hw else 0.0
             for s in range(self.slices):
                 state[2] = s
                 key = (node, channel, prim.offset, prim.nelem, s)
@@ -353,7 +359,7 @@ class _Sim:
                     while len(conn.dones) - conn.freed >= conn.credits:
                         state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
                         yield self._wait(("slot", channel, rank, dst, prim.conn))
-                first = self.head_nbytes if self.head_nbytes is not None else wire * self.head_share
+                first = line if line is not None else wire * self.head_share
                 start = self.env.now
                 head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
                                                       (rank, tuple(peers_out), channel), self.weight[channel])
@@ -474,6 +480,40 @@ class _Sim:
                 {names[i]: float(self.net.capacity[i]) for i in used})
 
 
+def _p2p_plan(job, call: Call) -> tuple[Plan, dict[int, tuple]]:
+    """A plan record and every rank's programs for sendrecv / alltoall (plan_p2p.py)."""
+    per_node = len(job.paths.node_system.gpus())
+    minor = job.system.rules.version.minor
+    p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
+    chunk = p2p_chunk_nbytes(job.paths, job.nodes, job.params)
+    group = job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE")
+    programs = {r: p2p_programs(call, r, job.nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, minor, group)
+                for r in range(job.nranks)}
+    protocols = [s.protocol for prog in programs[0] for s in prog.streams if s.protocol]
+    protocol = "Simple" if "Simple" in protocols or not protocols else "LL"
+    plan = Plan(call, "P2P", protocol, 640, p2p.n_channels, 0.0, chunk, 1, 1, (), 0, minor)
+    return plan, programs
+
+
+def _coarse_p2p(programs: dict[int, tuple], max_chunks: int) -> tuple[dict[int, tuple], int]:
+    """Point-to-point streams with every `factor` consecutive chunks merged into one (their bytes
+    are contiguous), so that a rank runs no more than 8 x `max_chunks` of them over all its streams
+    (at least 2 per stream); and that factor."""
+    longest = max((len(s.prims) for progs in programs.values() for p in progs for s in p.streams), default=0)
+    streams = max((sum(len(p.streams) for p in progs) for progs in programs.values()), default=1)
+    factor = max(1, -(-longest // max(2, 8 * max_chunks // streams)))
+    if factor == 1:
+        return programs, 1
+
+    def merged(stream: Stream) -> Stream:
+        prims = stream.prims
+        groups = [prims[i:i + factor] for i in range(0, len(prims), factor)]
+        return replace(stream, prims=tuple(replace(g[0], nelem=sum(p.nelem for p in g)) for g in groups))
+
+    return {r: tuple(replace(p, streams=tuple(merged(s) for s in p.streams)) for p in progs)
+            for r, progs in programs.items()}, factor
+
+
 def _programs(job, plan: Plan) -> dict[int, tuple]:
     algorithm = plan.algorithm
     trees = job.tree_links() if algorithm == "Tree" else {}
@@ -486,17 +526,20 @@ def _programs(job, plan: Plan) -> dict[int, tuple]:
 def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool = True) -> DesRun:
     """Run `call` through the DES as `setup` says (NCCL's own plan unless `plan` is given);
     `merge=False` simulates every channel even where several move in lockstep."""
-    if call.collective in ("alltoall", "sendrecv"):
-        raise UsageError(f"the DES engine does not run {call.collective} yet", "--engine des",
-                         "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
     job = setup.job
-    plan = plan or plan_call(job.comm, call)
-    if plan.algorithm == "PAT":
-        raise UsageError("the DES engine does not run PAT plans yet", "--engine des",
-                         "NCCL_ALGO=Ring for this call")
-    coarse, factor = coarse_plan(plan, setup.params.max_chunks, job.nodes)
-    sim = _Sim(setup, coarse, factor)
-    sim.run(_programs(job, coarse), merge)
+    if call.collective in ("alltoall", "sendrecv"):
+        plan, programs = _p2p_plan(job, call)
+        programs, factor = _coarse_p2p(programs, setup.params.max_chunks)
+        n_channels, run_plan = 1 + max((p.channel for ps in programs.values() for p in ps), default=0), plan
+    else:
+        plan = plan or plan_call(job.comm, call)
+        if plan.algorithm == "PAT":
+            raise UsageError("the DES engine does not run PAT plans yet", "--engine des",
+                             "NCCL_ALGO=Ring for this call")
+        run_plan, factor = coarse_plan(plan, setup.params.max_chunks, job.nodes)
+        programs, n_channels = _programs(job, run_plan), 0
+    sim = _Sim(setup, run_plan, factor, n_channels)
+    sim.run(programs, merge)
     nbytes, busy, bw = sim.link_stats()
     hang = sim.hang()
     names = [link.name for link in setup.fabric.links]

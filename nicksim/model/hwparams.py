@@ -5,8 +5,9 @@ release whose tables are given, every one taken from a number NCCL itself states
 that release unless said otherwise), so that the DES and NCCL's formula start from the same
 hardware facts and differ only where the fabric makes them differ:
 
-- `cta_bw_gbps`: what one channel's CTA moves per second: perChMaxRingLL128Bws, NCCL's own cap on
-  one channel (Volta/Ampere 20, Hopper 36.7, Blackwell 36.7-40 GB/s);
+- `cta_bw_gbps`: what one channel's CTA moves per second: the top of the search's intra-node speed
+  ladder (search.cc speedArrayIntra[0]), the most NCCL ever expects of one channel (40 GB/s before
+  Hopper, 60 on Hopper, 90 on Blackwell from 2.25; the same in every release that has the ladder);
 - `step_lat_us(hw, algorithm, protocol)`: the latency of one step over one hop, hwLat (NVLink, PCI,
   NET rows), NCCL's "per step" term of its time model;
 - `launch_us(algorithm, protocol)`: kernel launch and the call's fixed cost, baseLat (the Ring row
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from ..constants.tuning_tables import TuningTables
 from ..errors import UsageError
+from ..search import SPEEDS
 
 __all__ = ["DesParams", "des_params", "with_overrides", "PARAM_NAMES", "wire_nbytes"]
 
@@ -61,8 +63,8 @@ class DesParams:
 
 def des_params(tables: TuningTables, sm: int) -> DesParams:
     """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release."""
-    row = tables.compcap_row(sm)
-    cta = tables.per_ch_max_ring_ll128_bw_gbps[row][0]
+    blackwell = sm >= 100 and tables.version.minor >= 25  # before 2.25 Blackwell searched with SM90's ladder
+    cta = SPEEDS["intra"][100 if blackwell else 90 if sm >= 90 else 0][0]
     nvls = _NVLS_EFFICIENCY[100] if sm >= 100 else _NVLS_EFFICIENCY[90]
     return DesParams(tables, cta, nvls)
 

@@ -33,14 +33,12 @@ _EPS_US = 1e-9       # transfers this close to arriving arrive together
 class _Transfer:
     __slots__ = ("route", "use", "links", "counts", "left", "rate", "done", "head", "head_left", "sent", "lat", "tag")
 
-    def __init__(self, route: tuple[int, ...], nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
+    def __init__(self, shape: tuple, nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
                  head: simpy.Event | None = None, head_nbytes: float = 0.0):
-        self.route, self.left, self.rate, self.done = route, float(nbytes), 0.0, done
+        self.route, self.use, self.links, self.counts = shape
+        self.left, self.rate, self.done = float(nbytes), 0.0, done
         self.sent, self.lat = sent, lat
         self.tag = None
-        self.use = Counter(route)
-        self.links = np.fromiter(self.use.keys(), dtype=np.int64, count=len(self.use))
-        self.counts = np.fromiter(self.use.values(), dtype=np.float64, count=len(self.use))
         self.head = head
         self.head_left = float(nbytes) - head_nbytes  # `left` at which the head has arrived
 
@@ -63,6 +61,7 @@ class FluidNetwork:
         # With `record`, (time, link, GB/s) whenever a link's carried rate changes.
         self.series: list[tuple[float, int, float]] | None = [] if record else None
         self._load = np.zeros(len(self.capacity))
+        self._shapes: dict[tuple, tuple] = {}  # (route, weight) -> (route, use, links, counts, latency)
 
     def transfer(self, route: Sequence[int], nbytes: float, lat_us: float = 0.0) -> simpy.Event:
         """An event fired when `nbytes` sent along `route` (link ids) have all arrived."""
@@ -75,13 +74,23 @@ class FluidNetwork:
         stands for k identical transfers moving together (each link carries k times its rate)."""
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
-        delay = lat_us + sum(self.latency[link] for link in route)
-        item = _Transfer(tuple(route), nbytes, done, sent, delay, None if head is done else head, head_nbytes)
+        shape = self._shape(tuple(route), weight)
+        item = _Transfer(shape[:4], nbytes, done, sent, lat_us + shape[4], None if head is done else head,
+                         head_nbytes)
         item.tag = tag
-        if weight != 1:
-            item.counts = item.counts * weight
         self._start(item)
         return head, done, sent
+
+    def _shape(self, route: tuple[int, ...], weight: int) -> tuple:
+        """A route's links counted (times crossed x weight) and its latency, computed once per route."""
+        key = (route, weight)
+        shape = self._shapes.get(key)
+        if shape is None:
+            use = Counter(route)
+            links = np.fromiter(use.keys(), dtype=np.int64, count=len(use))
+            counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
+            shape = self._shapes[key] = (route, use, links, counts, sum(self.latency[link] for link in route))
+        return shape
 
     def set_capacity(self, link: int, bw_gbps: float) -> None:
         """Change a link's capacity from now on (a fault, a degraded port)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..cluster import fabric_route
 from ..errors import UsageError
+from ..paths import p2p_net
 from ..transports import channel_net
 from .fabric import Fabric, node_route
 
@@ -36,6 +37,8 @@ class Router:
         self.system = job.paths.system
         self.per_node = len(self.system.gpus())
         graphs = job.graphs
+        # "p2p": point-to-point connections pick their NICs without a graph (ncclTopoGetNetDev).
+        self.p2p = graph_name == "p2p"
         self.graph_name = graph_name if graph_name in graphs else "ring"
         self.graph = graphs[self.graph_name]
         self.n_channels = max(1, n_channels)
@@ -62,6 +65,10 @@ class Router:
 
     def _peer(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], str]:
         n1, n2 = src // self.per_node, dst // self.per_node
+        if src == dst:  # alltoall's own piece: a copy inside the GPU
+            return (), HW_NVLINK
+        if self.p2p and n1 != n2:
+            return self._p2p_net_route(channel, src, dst), HW_NET
         if n1 == n2:
             route = node_route(self.fabric, n1, self._gpu(src), self._gpu(dst))
             kinds = {self.fabric.links[link].kind for link in route}
@@ -76,6 +83,26 @@ class Router:
             raise UsageError(f"channel {channel} of the {self.graph_name} graph has no NIC for rank {rank}",
                              "model", "a system whose nodes have NICs")
         return net
+
+    def _p2p_net_route(self, channel: int, src: int, dst: int) -> tuple[int, ...]:
+        """Point-to-point over the network: the sender's NIC as ncclTopoGetNetDev picks it for the peer
+        (its own, or the one by the peer's GPU through a PXN relay); the receiver asks with itself as
+        the peer (net.cc recvSetup), so it receives on its own NIC."""
+        s = self.system
+        (n1, l1), (n2, l2) = divmod(src, self.per_node), divmod(dst, self.per_node)
+        dev = lambda local: s.nodes[s.gpu_by_rank(local)].gpu.dev  # noqa: E731
+        send_net, proxy = p2p_net(self.paths, l1, dev(l2), channel)
+        recv_net, _ = p2p_net(self.paths, l2, dev(l2), channel)
+        if send_net is None or recv_net is None:
+            raise UsageError(f"rank {src} or rank {dst} has no NIC", "model", "a system whose nodes have NICs")
+        gpu = self._gpu(src)
+        hops = [(gpu, send_net)] if proxy == l1 else [(gpu, s.gpu_by_rank(proxy)), (s.gpu_by_rank(proxy), send_net)]
+        out = tuple(link for a, b in hops for link in node_route(self.fabric, n1, a, b))
+        route = fabric_route(self.fabric.cluster, (n1, self._port(send_net)), (n2, self._port(recv_net)))
+        if route is None:
+            raise UsageError(f"node {n1} does not reach node {n2}", "model", "a connected network")
+        out += tuple(self.fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+        return out + node_route(self.fabric, n2, recv_net, self._gpu(dst))
 
     def _nvls_net(self, channel: int, rank: int) -> int | None:
         """search.cc getNvlsNetDev: the NICs of the NVLS channels the rank heads, by channel."""
