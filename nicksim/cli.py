@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     search.set_defaults(run=_run_search)
     _add_perf_parser(sub)
+    _add_sweep_parser(sub)
     _add_alphabeta_parser(sub)
     return parser
 
@@ -206,6 +207,50 @@ def _add_perf_parser(sub) -> None:
                       help="measured nccl-tests output (text, JSON or a case file) to set beside the model")
     perf.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     perf.set_defaults(run=_run_perf)
+
+
+def _add_sweep_parser(sub) -> None:
+    sw = sub.add_parser("sweep", help="run a grid of what-ifs (GRID.toml) into one CSV or JSON table")
+    sw.add_argument("grid", metavar="GRID.toml", help="a [sweep] table of options, each a value or a list")
+    sw.add_argument("-o", "--output", metavar="FILE", help="write the table here (.json for JSON, else CSV); "
+                                                          "default: CSV on stdout")
+    sw.add_argument("-j", "--workers", type=_int_at_least("--workers", 1), default=os.cpu_count() or 1,
+                    help="local worker processes (default: one per CPU)")
+    sw.add_argument("--dask", metavar="tcp://HOST:PORT", help="run the points on this Dask scheduler instead")
+    sw.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    sw.set_defaults(run=_run_sweep)
+
+
+def _run_sweep(args, params: Params) -> int:
+    from .sweep import read_grid, rows_csv, run_sweep
+    try:
+        text = Path(args.grid).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", args.grid, "a readable GRID.toml") from None
+    points = read_grid(text, args.grid)
+    tty = sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        width = 30
+        bar = "#" * (width * done // total) + "-" * (width - width * done // total)
+        end = "\n" if done == total or not tty else ""
+        print(f"{chr(13) if tty else ''}nicksim sweep [{bar}] {done}/{total} points", end=end, file=sys.stderr,
+              flush=True)
+
+    rows = run_sweep(points, args.workers, args.dask, progress)
+    if args.output and args.output.endswith(".json"):
+        _write_json(args.output, {"grid": args.grid, "rows": rows})
+    elif args.output:
+        try:
+            Path(args.output).write_text(rows_csv(rows), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write: {exc.strerror}", args.output, "a writable file path") from None
+    else:
+        print(rows_csv(rows), end="")
+    failed = sum(1 for row in rows if row.get("error"))
+    if failed:
+        _warn([f"{failed} of {len(rows)} rows have an error (see the error column)"])
+    return 0
 
 
 def _add_alphabeta_parser(sub) -> None:

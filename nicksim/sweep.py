@@ -1,0 +1,223 @@
+"""Sweeps: a grid of what-ifs run point by point, on local processes or a Dask cluster.
+
+`read_grid(text, where)` reads a GRID.toml — one `[sweep]` table whose keys are the system options
+of `nicksim perf` and the call, each a value or a list of values, plus an optional `[sweep.env]`
+table of NCCL_* settings (each a value or a list) — and promises the grid points: the cartesian
+product of every list, in file order. `run_point(point)` answers one point with one row per size;
+`run_sweep(points, workers, dask)` runs them all (a process pool of `workers`, or the Dask
+scheduler at `dask`), calls `progress(done, total)` as points finish, and returns every row in
+grid order. A point that nicksim cannot answer (a plan it does not model, say) gives rows whose
+`error` says why, so one bad corner does not sink a long sweep; a grid that cannot be read fails
+before anything runs.
+
+Example:
+
+    [sweep]
+    engine = "des"
+    collective = "all_reduce"
+    sizes = ["64M", "1G"]
+    system = "dgx-h100"
+    nodes = [2, 4]
+    oversubscription = [1, 2]
+    [sweep.env]
+    NCCL_ALGO = ["Ring", "Tree"]
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable
+
+from .calls import call_for_size, collective_name
+from .engines import ENGINES, engine_result
+from .errors import NickSimError, UsageError
+from .job import JobSpec, load_job
+from .params import read_params
+from .report import measurement
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = ["read_grid", "run_point", "run_sweep", "rows_csv", "GRID_KEYS", "ROW_FIELDS"]
+
+# key -> (type, default); sizes take nccl-tests' grammar (8, 64K, 256M, 8G).
+GRID_KEYS: dict[str, tuple[type, object]] = {
+    "engine": (str, "model"), "collective": (str, "all_reduce"), "sizes": (str, "1G"), "dtype": (str, "float"),
+    "system": (str, "dgx-h100"), "nodes": (int, 1), "gpus_per_node": (int, None), "fabric": (str, None),
+    "nics_per_node": (int, None), "nic_gbps": (float, None), "oversubscription": (float, 1.0),
+    "hosts_per_leaf": (int, 32), "rail_optimized": (bool, True), "switch_lat_us": (float, None),
+    "sharp": (bool, False), "nccl_version": (str, None),
+}
+ROW_FIELDS = ("point", *(k for k in GRID_KEYS if k != "sizes"), "env", "nbytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
+              "nchannels", "hang", "error")
+
+
+def _size(text, where: str) -> int:
+    t = str(text).strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        value = int(float(t[:-1] if scale != 1 else t) * scale)
+    except ValueError:
+        raise UsageError(f"'{text}' is not a size", where, "bytes like 8, 64K, 256M, 8G") from None
+    if value < 0:
+        raise UsageError(f"size {text}", where, "a size >= 0")
+    return value
+
+
+def _values(key: str, raw, kind: type, where: str) -> list:
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise UsageError(f"'{key}' is an empty list", where, "one value or a list of values")
+    out = []
+    for item in items:
+        ok = isinstance(item, kind) or (kind is float and isinstance(item, int) and not isinstance(item, bool))
+        if kind is str and key == "sizes" and isinstance(item, int):
+            ok = True
+        if not ok or (kind is int and isinstance(item, bool)):
+            raise UsageError(f"'{key}' = {item!r} is not a {kind.__name__}", where,
+                             f"a {kind.__name__} or a list of them")
+        out.append(item)
+    return out
+
+
+def read_grid(text: str, where: str) -> list[dict]:
+    """The grid points of a GRID.toml (see the module docstring)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"not TOML: {exc}", where, "a TOML file with a [sweep] table") from None
+    table = doc.get("sweep")
+    if not isinstance(table, dict) or set(doc) - {"sweep"}:
+        raise UsageError("needs exactly one [sweep] table", where, "[sweep] with keys " + ", ".join(GRID_KEYS))
+    env = table.get("env", {})
+    if not isinstance(env, dict):
+        raise UsageError("[sweep.env] must be a table", where, "NCCL_* = value or [values]")
+    axes: list[tuple[str, list]] = []
+    for key, raw in table.items():
+        if key == "env":
+            continue
+        if key not in GRID_KEYS:
+            raise UsageError(f"unknown key '{key}'", where, ", ".join(GRID_KEYS))
+        axes.append((key, _values(key, raw, GRID_KEYS[key][0], f"{where}: {key}")))
+    for key, raw in env.items():
+        items = raw if isinstance(raw, list) else [raw]
+        if not items or any(isinstance(v, (dict, list)) for v in items):
+            raise UsageError(f"'{key}' = {raw!r}", f"{where}: [sweep.env]", "a value or a list of values")
+        axes.append((f"env.{key}", [str(v) for v in items]))
+    sizes = [key for key, _ in axes if key == "sizes"]
+    for key, values in axes:
+        if key == "engine" and any(v not in ENGINES for v in values):
+            raise UsageError(f"engine {values}", f"{where}: engine", ", ".join(ENGINES))
+        if key == "collective":
+            for v in values:
+                try:
+                    collective_name(v)
+                except NickSimError as exc:
+                    raise UsageError(exc.what, f"{where}: collective", exc.valid) from None
+        if key == "sizes":
+            for v in values:
+                _size(v, f"{where}: sizes")
+    points = []
+    plain = [(k, v) for k, v in axes if k != "sizes"]
+    size_values = next((v for k, v in axes if k == "sizes"), [GRID_KEYS["sizes"][1]]) if sizes else \
+        [GRID_KEYS["sizes"][1]]
+    for combo in itertools.product(*(values for _, values in plain)):
+        point = {key: default for key, (_, default) in GRID_KEYS.items()}
+        point["env"] = {}
+        for (key, _), value in zip(plain, combo):
+            if key.startswith("env."):
+                point["env"][key[4:]] = value
+            else:
+                point[key] = value
+        point["sizes"] = [_size(v, f"{where}: sizes") for v in size_values]
+        point["point"] = len(points)
+        points.append(point)
+    return points
+
+
+def run_point(point: dict) -> list[dict]:
+    """One grid point's rows, one per size (an `error` row set where nicksim cannot answer)."""
+    base = {key: point[key] for key in ("point", *GRID_KEYS) if key != "sizes"}
+    base["env"] = " ".join(f"{k}={v}" for k, v in point["env"].items())
+    try:
+        spec = JobSpec(system=point["system"], nodes=point["nodes"], nccl_version=point["nccl_version"] or "2.30",
+                       gpus_per_node=point["gpus_per_node"], fabric=point["fabric"],
+                       nics_per_node=point["nics_per_node"], nic_gbps=point["nic_gbps"],
+                       oversubscription=point["oversubscription"], hosts_per_leaf=point["hosts_per_leaf"],
+                       rail_optimized=point["rail_optimized"], switch_lat_us=point["switch_lat_us"],
+                       sharp=point["sharp"])
+        job = load_job(spec, read_params({}, [f"{k}={v}" for k, v in point["env"].items()]))
+        setup = None
+        if point["engine"] == "des":
+            from .model.engine import des_setup
+            setup = des_setup(job)
+    except NickSimError as exc:
+        return [dict(base, nbytes=n, error=exc.line()) for n in point["sizes"]]
+    rows = []
+    collective = collective_name(point["collective"])
+    for nbytes in point["sizes"]:
+        row = dict(base, nbytes=nbytes)
+        try:
+            call = call_for_size(collective, nbytes, point["dtype"], "sum", 0, job.nranks)
+            result = engine_result(job, call, point["engine"], setup)
+            hang = getattr(result.detail, "hang", None) is not None
+            m = measurement(collective, job.nranks, call.nbytes, max(result.time_us, 1e-3))
+            row.update(time_us=round(result.time_us, 3), algbw_gbps=round(m.algbw_gbps, 3),
+                       busbw_gbps=round(m.busbw_gbps, 3), algorithm=result.algorithm, protocol=result.protocol,
+                       nchannels=result.n_channels, hang=hang)
+        except NickSimError as exc:
+            row["error"] = exc.line()
+        rows.append(row)
+    return rows
+
+
+def run_sweep(points: list[dict], workers: int = 1, dask: str | None = None,
+              progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Every point's rows, in grid order; on `workers` local processes, or on the Dask scheduler at
+    `dask` (tcp://host:port)."""
+    results: dict[int, list[dict]] = {}
+    total = len(points)
+
+    def finished(index: int, rows: list[dict]) -> None:
+        results[index] = rows
+        if progress:
+            progress(len(results), total)
+
+    if dask:
+        try:
+            from dask.distributed import Client, as_completed as dask_completed
+        except ImportError:
+            raise UsageError("dask.distributed is not installed", "--dask", "pip install 'dask[distributed]'") \
+                from None
+        try:
+            client = Client(dask, timeout=10)
+        except (OSError, TimeoutError) as exc:
+            raise UsageError(f"no Dask scheduler answers ({exc})", "--dask", "tcp://HOST:PORT of a running "
+                             "scheduler") from None
+        with client:
+            futures = {client.submit(run_point, p, pure=False): p["point"] for p in points}
+            for future in dask_completed(list(futures)):
+                finished(futures[future], future.result())
+    elif workers <= 1:
+        for p in points:
+            finished(p["point"], run_point(p))
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_point, p): p["point"] for p in points}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
+    return [row for index in sorted(results) for row in results[index]]
+
+
+def rows_csv(rows: list[dict]) -> str:
+    """The rows as CSV with ROW_FIELDS as the header."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=ROW_FIELDS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in ROW_FIELDS})
+    return out.getvalue()
