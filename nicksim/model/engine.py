@@ -166,6 +166,8 @@ class DesRun:
     channel_end_us: dict[int, float] = field(default_factory=dict)
     spans: tuple = ()  # (rank, channel, stream, op, start_us, end_us) per slice, with DesSetup.trace
     link_series: tuple = ()  # (time_us, link name, GB/s) at every change, with DesSetup.trace
+    n_transfers: int = 0     # slices moved (the event count grows with it)
+    n_streams: int = 0       # streams simulated (after merging channels in lockstep)
 
 
 def default_params(job) -> DesParams:
@@ -545,4 +547,5 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
     names = [link.name for link in setup.fabric.links]
     series = tuple((t, names[link], gbps) for t, link, gbps in (sim.net.series or ()) if link < len(names))
     return DesRun(plan, sim.end_us if hang is None else sim.env.now, nbytes, busy, bw, hang, factor,
-                  dict(sorted(sim.channel_end.items())), tuple(sim.spans or ()), series)
+                  dict(sorted(sim.channel_end.items())), tuple(sim.spans or ()), series, sim.net.n_transfers,
+                  sim.n_streams)

@@ -62,6 +62,7 @@ class FluidNetwork:
         self.series: list[tuple[float, int, float]] | None = [] if record else None
         self._load = np.zeros(len(self.capacity))
         self._shapes: dict[tuple, tuple] = {}  # (route, weight) -> (route, use, links, counts, latency)
+        self.n_transfers = 0
 
     def transfer(self, route: Sequence[int], nbytes: float, lat_us: float = 0.0) -> simpy.Event:
         """An event fired when `nbytes` sent along `route` (link ids) have all arrived."""
@@ -72,6 +73,7 @@ class FluidNetwork:
         """(head, done, sent): fired when the first `head_nbytes` and when all `nbytes` have arrived,
         and when the last byte has left. `tag` names the transfer in `stalled()`; a `weight` of k
         stands for k identical transfers moving together (each link carries k times its rate)."""
+        self.n_transfers += 1
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         shape = self._shape(tuple(route), weight)

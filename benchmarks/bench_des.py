@@ -1,0 +1,122 @@
+"""Time the DES engine against the model engine in the same run, and show how its cost grows.
+
+Three parts, each against a peer measured in the same run:
+- `sweep`: `nicksim perf all_reduce` (31 sizes, 8 B .. 8 GiB) on 8 GPUs (one DGX H100) and on 16
+  (two), des vs model; the bars are 10 s and 20 s for the des sweep on a 2-core machine;
+- `growth`: one call at a time, varying one thing — nodes (ranks), channels (NCCL_MAX_CTAS), size
+  — with wall seconds, slices moved (transfers), streams simulated, and the ratio of seconds to the
+  first row of the same series;
+- peak resident memory of the process at the end.
+`--plot FILE` draws the growth series (seconds and transfers) to a PNG. Run:
+
+    python benchmarks/bench_des.py [--plot docs/des-cost.png] [--repeat 1]
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+from nicksim.calls import call_for_size
+from nicksim.job import JobSpec, load_job
+from nicksim.model.engine import des_setup, simulate
+from nicksim.params import read_params
+from nicksim.perf import perf_rows, sweep_sizes
+
+
+def job_of(nodes: int = 1, env: dict | None = None):
+    job = load_job(JobSpec(system="dgx-h100", nodes=nodes), read_params(env or {}))
+    job.comm  # search and connect are not what is timed here
+    return job
+
+
+def best(fn, repeat: int):
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        value = fn()
+        runs.append((time.perf_counter() - start, value))
+    return min(runs, key=lambda r: r[0])
+
+
+def sweeps(repeat: int) -> None:
+    print("# sweep: all_reduce 8 B .. 8 GiB (31 sizes)")
+    print(f"# {'GPUs':>5} {'model s':>9} {'des s':>9} {'des/model':>10}  largest size: des busbw vs model")
+    for nodes in (1, 2):
+        job = job_of(nodes)
+        sizes = sweep_sizes(8, 8 << 30)
+        t_model, model_rows = best(lambda: perf_rows(job, "all_reduce", sizes), repeat)
+        t_des, des_rows = best(lambda: perf_rows(job, "all_reduce", sizes, engine="des", setup=des_setup(job)), repeat)
+        m, d = model_rows[-1][0].out_of_place.busbw_gbps, des_rows[-1][0].out_of_place.busbw_gbps
+        print(f"  {job.nranks:>5} {t_model:>9.3f} {t_des:>9.3f} {t_des / t_model:>10.1f}  {d:.1f} vs {m:.1f} GB/s")
+
+
+def one(job, nbytes: int):
+    call = call_for_size("all_reduce", nbytes, "float", "sum", 0, job.nranks)
+    setup = des_setup(job)
+    start = time.perf_counter()
+    run = simulate(setup, call)
+    return time.perf_counter() - start, run
+
+
+def growth(repeat: int) -> dict[str, list[tuple]]:
+    series: dict[str, list[tuple]] = {}
+    cases = {
+        "ranks (nodes x 8, 1 GiB, NCCL_ALGO=Ring)": [(8 * n, job_of(n, {"NCCL_ALGO": "Ring"}), 1 << 30)
+                                                     for n in (1, 2, 4, 8)],
+        "channels (NCCL_MAX_CTAS, 8 GPUs, 1 GiB ring)": [(c, job_of(1, {"NCCL_ALGO": "Ring", "NCCL_MAX_CTAS": str(c)}),
+                                                          1 << 30) for c in (2, 4, 8, 16, 24)],
+        "size (8 GPUs, NCCL's choice)": [(nbytes, job_of(1), nbytes) for nbytes in (1 << 20, 16 << 20, 256 << 20,
+                                                                                    1 << 30, 8 << 30)],
+    }
+    for name, points in cases.items():
+        print(f"# growth in {name}")
+        print(f"# {'x':>11} {'seconds':>9} {'ratio':>7} {'transfers':>10} {'streams':>8}  plan")
+        rows = []
+        for x, job, nbytes in points:
+            seconds, run = min((one(job, nbytes) for _ in range(repeat)), key=lambda r: r[0])
+            rows.append((x, seconds, run.n_transfers, run.n_streams))
+            print(f"  {x:>11} {seconds:>9.3f} {seconds / rows[0][1]:>7.1f} {run.n_transfers:>10} {run.n_streams:>8}  "
+                  f"{run.plan.algorithm}/{run.plan.protocol} {run.plan.n_channels}ch x{run.chunk_factor}")
+        series[name] = rows
+    return series
+
+
+def plot(series: dict[str, list[tuple]], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 4))
+    for ax, (name, rows) in zip(axes, series.items()):
+        xs = [r[0] for r in rows]
+        ax.plot(xs, [r[1] for r in rows], "o-", label="wall seconds")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("seconds")
+        twin = ax.twinx()
+        twin.plot(xs, [r[2] for r in rows], "s--", color="tab:orange", label="transfers")
+        twin.set_yscale("log")
+        twin.set_ylabel("transfers (slices moved)")
+        ax.legend(loc="upper left", fontsize=8)
+        twin.legend(loc="lower right", fontsize=8)
+    fig.suptitle("nicksim DES: cost growth (dgx-h100)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"# plot written to {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--plot", metavar="FILE", help="write the growth plot (PNG)")
+    args = parser.parse_args()
+    sweeps(args.repeat)
+    series = growth(args.repeat)
+    print(f"# peak resident memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    if args.plot:
+        plot(series, args.plot)
+
+
+if __name__ == "__main__":
+    main()
