@@ -43,7 +43,7 @@ class Router:
         self.graph = graphs[self.graph_name]
         self.n_channels = max(1, n_channels)
         self.cta_base = len(fabric.links)
-        self._cache: dict[tuple, tuple[tuple[int, ...], str]] = {}
+        self._cache: dict[tuple, tuple] = {}
         nvs = self.system.of_kind("NVS")
         self.nvs = nvs[0] if nvs else None
 
@@ -57,11 +57,13 @@ class Router:
     def _gpu(self, rank: int) -> int:
         return self.system.gpu_by_rank(rank % self.per_node)
 
-    def peer(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], str]:
-        key = ("peer", channel, src, dst)
+    def _cached(self, key: tuple, compute):
         if key not in self._cache:
-            self._cache[key] = self._peer(channel, src, dst)
+            self._cache[key] = compute()
         return self._cache[key]
+
+    def peer(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], str]:
+        return self._cached(("peer", channel, src, dst), lambda: self._peer(channel, src, dst))
 
     def _peer(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], str]:
         n1, n2 = src // self.per_node, dst // self.per_node
@@ -154,14 +156,11 @@ class Router:
         return self._nvs(node, local, up=False)
 
     def _nvs(self, node: int, local: int, up: bool) -> tuple[int, ...]:
-        key = ("nvs", node, local, up)
-        if key not in self._cache:
-            if self.nvs is None:
-                raise UsageError("NVLS traffic on a node without an NVSwitch", "model", "NVSwitch systems")
-            gpu = self.system.gpu_by_rank(local)
-            a, b = (gpu, self.nvs) if up else (self.nvs, gpu)
-            self._cache[key] = (node_route(self.fabric, node, a, b), HW_NVLINK)
-        return self._cache[key][0]
+        if self.nvs is None:
+            raise UsageError("NVLS traffic on a node without an NVSwitch", "model", "NVSwitch systems")
+        gpu = self.system.gpu_by_rank(local)
+        a, b = (gpu, self.nvs) if up else (self.nvs, gpu)
+        return self._cached(("nvs", node, local, up), lambda: node_route(self.fabric, node, a, b))
 
     def collnet_up(self, channel: int, rank: int) -> tuple[int, ...]:
         return self._collnet(channel, rank, up=True)
@@ -170,15 +169,15 @@ class Router:
         return self._collnet(channel, rank, up=False)
 
     def _collnet(self, channel: int, rank: int, up: bool) -> tuple[int, ...]:
-        key = ("collnet", channel, rank, up)
-        if key not in self._cache:
-            node = rank // self.per_node
-            leg = self._net_leg(channel, rank, send=up)
-            port = self._port(self._net(channel, rank))
-            nic = ("nic", node, port)
-            cluster_graph = self.fabric.cluster.graph
-            first_switch = next((n for n in cluster_graph.neighbors(nic)), None) if nic in cluster_graph else None
-            cable = () if first_switch is None else \
-                ((self.fabric.cables[(nic, first_switch)],) if up else (self.fabric.cables[(first_switch, nic)],))
-            self._cache[key] = (leg + cable if up else cable + leg, HW_NET)
-        return self._cache[key][0]
+        return self._cached(("collnet", channel, rank, up), lambda: self._collnet_route(channel, rank, up))
+
+    def _collnet_route(self, channel: int, rank: int, up: bool) -> tuple[int, ...]:
+        nic = ("nic", rank // self.per_node, self._port(self._net(channel, rank)))
+        graph = self.fabric.cluster.graph
+        first_switch = next(iter(graph.neighbors(nic)), None) if nic in graph else None
+        leg = self._net_leg(channel, rank, send=up)
+        if first_switch is None:
+            return leg
+        if up:
+            return leg + (self.fabric.cables[(nic, first_switch)],)
+        return (self.fabric.cables[(first_switch, nic)],) + leg
