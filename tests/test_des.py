@@ -48,6 +48,19 @@ def test_des_agrees_with_the_model_for_large_messages_on_symmetric_systems(syste
         assert run.time_us == pytest.approx(model_us, rel=0.15), (nbytes, run.plan.algorithm, run.plan.protocol)
 
 
+@pytest.mark.parametrize("collective, algorithm", [
+    ("all_reduce", "CollNetDirect,CollNetChain"), ("all_gather", "CollNetDirect"), ("reduce_scatter", "CollNetDirect"),
+])
+def test_des_agrees_with_the_model_on_collnet(collective, algorithm):
+    # Two DGX H100 on a SHARP fabric: every head reaches the switch through its own NIC.
+    job = job_of(nodes=2, sharp=True, env={"NCCL_COLLNET_ENABLE": "1", "NCCL_ALGO": algorithm})
+    for nbytes in (256 * MiB, 1024 * MiB):
+        model_us, run = times(job, collective, nbytes)
+        assert run.plan.algorithm.startswith("CollNet")
+        assert run.time_us == pytest.approx(model_us, rel=0.15), (nbytes, run.plan.algorithm)
+    assert not any(name.startswith("node0:CPU") for name in run.link_nbytes)
+
+
 def test_ring_broadcast_pays_a_pipeline_fill_the_formula_leaves_out():
     # Simple broadcast posts whole 512 KiB steps (BROADCAST_SLICESTEPS 1): the last rank of an 8-GPU ring
     # starts 7 steps after the root. NCCL's formula has no such term, so the DES is slower at 256 MiB —

@@ -172,10 +172,15 @@ class Router:
         return self._cached(("collnet", channel, rank, up), lambda: self._collnet_route(channel, rank, up))
 
     def _collnet_route(self, channel: int, rank: int, up: bool) -> tuple[int, ...]:
-        nic = ("nic", rank // self.per_node, self._port(self._net(channel, rank)))
+        # A head talks to the switch on the graph channel it heads (connect.cc connectCollNet passes
+        # the head's index as the graph channel), i.e. through its own NIC; NVLS heads likewise.
+        local = rank % self.per_node
+        headed = [c for c, intra in enumerate(self.graph.intra) if intra[0] % self.per_node == local]
+        graph_channel = headed[channel % len(headed)] if headed and self.graph.pattern != _PATTERN_NVLS else channel
+        nic = ("nic", rank // self.per_node, self._port(self._net(graph_channel, rank)))
         graph = self.fabric.cluster.graph
         first_switch = next(iter(graph.neighbors(nic)), None) if nic in graph else None
-        leg = self._net_leg(channel, rank, send=up)
+        leg = self._net_leg(graph_channel, rank, send=up)
         if first_switch is None:
             return leg
         if up:
