@@ -158,6 +158,52 @@ def test_channels_merged_in_lockstep_give_the_full_detail_answer(system, nodes, 
 
 
 
+COLLAPSE_CASES = [
+    (4, {}, {}, [], []),
+    (4, {"NCCL_ALGO": "Ring"}, {}, [], []),
+    (4, {"NCCL_ALGO": "Ring"}, {"hosts_per_leaf": 2, "oversubscription": 2.0}, [], []),
+    (8, {"NCCL_ALGO": "Ring"}, {"hosts_per_leaf": 4}, [], []),
+    (4, {"NCCL_ALGO": "Ring"}, {}, [], ["5:50us"]),
+    (4, {"NCCL_ALGO": "Ring"}, {}, ["degrade:nic(1,0)->leaf(0,0):0.5"], []),
+    (4, {"NCCL_COLLNET_ENABLE": "1"}, {"sharp": True}, [], []),
+    (4, {"NCCL_ALGO": "CollNetDirect,CollNetChain", "NCCL_COLLNET_ENABLE": "1"}, {"sharp": True}, [], []),
+]
+
+
+# all_reduce on every case; all_gather and reduce_scatter on the fault-free four-node ones.
+COLLAPSE_SWEEP = [("all_reduce", *case) for case in COLLAPSE_CASES] + [
+    (collective, *case) for collective in ("all_gather", "reduce_scatter") for case in COLLAPSE_CASES
+    if case[0] == 4 and not case[3] and not case[4]]
+
+
+@pytest.mark.parametrize("collective, nodes, env, spec, faults, late", COLLAPSE_SWEEP)
+def test_nodes_collapsed_by_symmetry_give_the_full_detail_answer(collective, nodes, env, spec, faults, late):
+    job = job_of(nodes=nodes, env=env, **spec)
+    setup = des_setup(job, faults=faults, stragglers=late)
+    for nbytes in (1 * MiB, 16 * MiB):
+        call = call_for_size(collective, nbytes, "float", "sum", 0, job.nranks)
+        collapsed, full = simulate(setup, call), simulate(setup, call, collapse=False)
+        assert full.n_node_classes == nodes
+        assert collapsed.time_us == pytest.approx(full.time_us, rel=0.01), nbytes
+        assert collapsed.channel_end_us == pytest.approx(full.channel_end_us, rel=0.01)
+        total = lambda run: sum(run.link_nbytes.values())  # noqa: E731
+        assert total(collapsed) == pytest.approx(total(full), rel=1e-6)
+
+
+def test_symmetric_nodes_collapse_and_broken_symmetry_does_not():
+    ring = {"NCCL_ALGO": "Ring"}
+    call = call_for_size("all_reduce", 64 * MiB, "float", "sum", 0, 32)
+    # The nodes of a one-leaf ring fall into few classes; a late rank sets its node (and, through the
+    # ring, its neighbours) apart.
+    even = simulate(des_setup(job_of(nodes=4, env=ring)), call).n_node_classes
+    late = simulate(des_setup(job_of(nodes=4, env=ring), stragglers=["9:5us"]), call).n_node_classes
+    assert even < 4 and late > even
+    # With SHARP every node talks only to the switch: one class, however many nodes.
+    sharp = job_of(nodes=16, sharp=True, env={"NCCL_COLLNET_ENABLE": "1", "NCCL_ALGO": "NVLS"})
+    run = simulate(des_setup(sharp), call_for_size("all_reduce", 1 << 30, "float", "sum", 0, 128))
+    assert run.n_node_classes == 1 and run.n_streams == 32
+
+
 def test_coarse_chunks_leave_the_answer_where_it_was():
     # 1 GiB of NVLS is 512 chunks of 128 KiB per channel: at most 64 coarse chunks per channel (a factor 8)
     # and 4x finer ones give the same time within 2%.

@@ -36,6 +36,7 @@ from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
 from .network import FluidNetwork
 from .routes import HW_NET, HW_NVLINK, Router
+from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "HangReport", "des_setup", "simulate", "coarse_plan", "default_params",
            "WATCHDOG_US"]
@@ -61,6 +62,8 @@ class DesSetup:
     stragglers: tuple[tuple[int, float], ...] = ()
     timeout_us: float = WATCHDOG_US
     trace: bool = False
+    # What is derived once per setup and reused by every call (node classes per algorithm and channels).
+    derived: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def des_setup(job, params: DesParams | None = None, faults: Sequence[str] = (), stragglers: Sequence[str] = (),
@@ -168,6 +171,7 @@ class DesRun:
     link_series: tuple = ()  # (time_us, link name, GB/s) at every change, with DesSetup.trace
     n_transfers: int = 0     # slices moved (the event count grows with it)
     n_streams: int = 0       # streams simulated (after merging channels in lockstep)
+    n_node_classes: int = 0  # nodes simulated (after collapsing nodes that behave alike)
 
 
 def default_params(job) -> DesParams:
@@ -251,6 +255,8 @@ class _Sim:
         self.late = dict(setup.stragglers)
         self.weight: dict[int, int] = {}
         self.groups: dict[int, list[int]] = {}
+        self.collapse: Collapse | None = None  # set before run() where nodes behave alike
+        self.routes: dict[tuple, tuple] = {}
         self.last_progress = 0.0
 
     # --- waiting ------------------------------------------------------------------------------
@@ -280,7 +286,7 @@ class _Sim:
         self.groups = self._channel_groups(programs) if merge else {c: [c] for c in self._channels(programs)}
         for rep, members in self.groups.items():
             self.weight[rep] = len(members)
-            for rank in programs:
+            for rank in range(self.job.nranks):  # stand-ins' transfers cross their members' CTA links too
                 self.net.capacity[self.router.cta(rank, rep)] *= len(members)
         for rank, progs in programs.items():
             for prog in progs:
@@ -311,13 +317,17 @@ class _Sim:
                 for stream in prog.streams:
                     shapes = tuple((p.op, p.nelem, p.recv_from, p.send_to, p.conn, p.pat) for p in stream.prims)
                     kinds = {(p.op, p.recv_from, p.send_to) for p in stream.prims}
-                    routes = tuple(sorted((kind, self._route(_Shape(*kind), rank, prog.channel, node, local,
-                                                             [d for d in kind[2] if d >= 0])[0][1:])
+                    routes = tuple(sorted((kind, self._links_but_ctas(_Shape(*kind), rank, prog.channel, node, local))
                                           for kind in kinds))
                     sig.append((rank, stream.name, shapes, routes))
         for channel in sorted(per_channel):
             by_sig.setdefault(tuple(per_channel[channel]), []).append(channel)
         return {members[0]: members for members in by_sig.values()}
+
+    def _links_but_ctas(self, prim, rank: int, channel: int, node: int, local: int) -> tuple[int, ...]:
+        """The fabric links of `prim`'s route (the CTA links differ by channel by construction)."""
+        route = self._route(prim, rank, channel, node, local, [d for d in prim.send_to if d >= 0])[0]
+        return tuple(link for link in route if link < self.router.cta_base)
 
     def _link_down(self, fault: Fault):
         yield self.env.timeout(fault.at_us)
@@ -333,9 +343,11 @@ class _Sim:
         line = _LINE_NBYTES.get(protocol)
         for index, prim in enumerate(stream.prims):
             state[0], state[1] = index, prim
-            peers_in = [src for src in prim.recv_from if src >= 0]
             peers_out = [dst for dst in prim.send_to if dst >= 0]
-            route, hw = self._route(prim, rank, channel, node, local, peers_out)
+            route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
+            # Connections run between the ranks simulated: a peer's stand-in, once per primitive.
+            peers_in = self._stand_ins(prim.recv_from)
+            peers_out = self._stand_ins(prim.send_to)
             nbytes = prim.nelem * elem / self.slices
             wire = wire_nbytes(protocol, nbytes)
             if prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":
@@ -364,7 +376,8 @@ class _Sim:
                 first = line if line is not None else wire * self.head_share
                 start = self.env.now
                 head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
-                                                      (rank, tuple(peers_out), channel), self.weight[channel])
+                                                      (rank, tuple(peers_out), channel), self.weight[channel],
+                                                      route_lat)
                 for dst, conn in zip(peers_out, outs):
                     conn.heads.append(head)
                     conn.dones.append(done)
@@ -388,6 +401,12 @@ class _Sim:
         for member in self.groups[channel]:
             self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
 
+    def _stand_ins(self, peers) -> list[int]:
+        ranks = [p for p in peers if p >= 0]
+        if self.collapse is None:
+            return ranks
+        return list(dict.fromkeys(self.collapse.rep_rank(p) for p in ranks))
+
     def _switch_inputs(self, prim, channel: int, key: tuple, state: list):
         """Wait for what the switches must hold before `prim` runs; returns the completion events
         of those inputs."""
@@ -405,10 +424,11 @@ class _Sim:
         if COLLNET_SWITCH in prim.recv_from:
             wanted = 1 if self.call.collective == "all_gather" else self.nodes
             ckey = (channel, prim.offset, prim.nelem, key[-1])
-            while len(self.collnet_in.get(ckey, ())) < wanted:
+            while sum(w for _, _, w in self.collnet_in.get(ckey, ())) < wanted:
                 state[3] = "every node's head to reach the CollNet switch"
                 yield self._wait(("collnet", ckey))
-            got += yield from self._heads(self.collnet_in[ckey], state, "the CollNet switch's sum")
+            got += yield from self._heads([(h, d) for h, d, _ in self.collnet_in[ckey]], state,
+                                          "the CollNet switch's sum")
         return got
 
     def _heads(self, pairs, state: list, what: str):
@@ -427,11 +447,32 @@ class _Sim:
             self._notify(("nvls_out", key))
         if COLLNET_SWITCH in prim.send_to:
             ckey = (channel, prim.offset, prim.nelem, key[-1])
-            self.collnet_in.setdefault(ckey, []).append((head, done))
+            nodes = 1 if self.collapse is None else self.collapse.weight(node)  # the nodes this one stands for
+            self.collnet_in.setdefault(ckey, []).append((head, done, nodes))
             self._notify(("collnet", ckey))
 
-    def _route(self, prim, rank: int, channel: int, node: int, local: int, peers_out) -> tuple[tuple[int, ...], str]:
-        """The links one slice of `prim` crosses, and the hardware row that prices its step."""
+    def _route(self, prim, rank: int, channel: int, node: int, local: int, peers_out) -> tuple:
+        """The links one slice of `prim` crosses, the hardware row that prices its step, and the
+        route's latency where it is not the links' sum (None); for a rank standing for others
+        (symmetry.py), the links of every member's own slice, at one member's latency."""
+        collapse = self.collapse
+        if collapse is None:
+            route, hw = self._member_route(prim, rank, channel, node, local, peers_out)
+            return route, hw, None
+        key = (rank, channel, prim.op, prim.recv_from, prim.send_to)
+        cached = self.routes.get(key)
+        if cached is None:
+            own, hw = self._member_route(prim, rank, channel, node, local, peers_out)
+            links: list[int] = []
+            for member in collapse.members(rank):
+                peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
+                links += self._member_route(prim, member, channel, member // self.per_node, local, peers)[0]
+            # The members' routes run side by side: the latency is one route's, not their sum.
+            cached = self.routes[key] = (tuple(links), hw, sum(self.net.latency[x] for x in own))
+        return cached
+
+    def _member_route(self, prim, rank: int, channel: int, node: int, local: int, peers_out
+                      ) -> tuple[tuple[int, ...], str]:
         r = self.router
         links = [r.cta(rank, channel)]
         hw = ""
@@ -516,18 +557,56 @@ def _coarse_p2p(programs: dict[int, tuple], max_chunks: int) -> tuple[dict[int, 
             for r, progs in programs.items()}, factor
 
 
-def _programs(job, plan: Plan) -> dict[int, tuple]:
+def _programs(job, plan: Plan, ranks: Sequence[int] | None = None) -> dict[int, tuple]:
     algorithm = plan.algorithm
     trees = job.tree_links() if algorithm == "Tree" else {}
     collnet = job.collnet_layout() if algorithm.startswith("CollNet") else None
     nvls = job.nvls_layout() if algorithm in ("NVLS", "NVLSTree") else None
     rings = job.channels.rings
-    return {r: rank_programs(plan, rings, trees, r, nvls, collnet) for r in range(job.nranks)}
+    ranks = range(job.nranks) if ranks is None else ranks
+    return {r: rank_programs(plan, rings, trees, r, nvls, collnet) for r in ranks}
 
 
-def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool = True) -> DesRun:
-    """Run `call` through the DES as `setup` says (NCCL's own plan unless `plan` is given);
-    `merge=False` simulates every channel even where several move in lockstep."""
+def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
+    """The node classes of `plan` on the simulated fabric (symmetry.py), None when every node is
+    its own class."""
+    job, fabric = sim.job, sim.fabric
+    if job.nodes < 2 or plan.algorithm not in COLLAPSIBLE:
+        return None
+    if plan.algorithm in ("NVLS", "CollNetDirect", "CollNetChain") and plan.call.collective != "all_reduce":
+        return None  # each node's heads own different pieces at the switch: nodes are not alike
+    node_links = fabric.per_node * job.nodes
+    faulty: dict[int, set] = {}
+    marks: dict[int, tuple] = {}
+    for fault in sim.setup.faults:
+        for link in fault.links:
+            mark = (fault.kind, fault.factor, fault.at_us)
+            if link < node_links:
+                faulty.setdefault(link // fabric.per_node, set()).add((link % fabric.per_node, *mark))
+            else:
+                marks[link] = mark
+
+    def route_cables(channel: int, src: int, dst: int):
+        route, _ = sim.router.peer(channel, src, dst)
+        cables = tuple(link for link in route if node_links <= link < len(fabric.links))
+        colours = tuple(hash((fabric.links[x].bw_gbps, fabric.links[x].lat_us, marks.get(x))) for x in cables)
+        return cables, colours
+
+    n_channels = max((p.channel for p in plan.parts), default=0) + 1
+    key = ("node_classes", plan.algorithm, n_channels)
+    if key not in sim.setup.derived:
+        sim.setup.derived[key] = node_classes(job, plan.algorithm, n_channels, route_cables,
+                                              {n: tuple(sorted(v)) for n, v in faulty.items()},
+                                              dict(sim.setup.stragglers))
+    collapse = sim.setup.derived[key]
+    return None if collapse.n_classes == job.nodes else collapse
+
+
+def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool = True,
+             collapse: bool = True) -> DesRun:
+    """Run `call` through the DES as `setup` says (NCCL's own plan unless `plan` is given).
+    `merge=False` simulates every channel even where several move in lockstep, `collapse=False`
+    every node even where several behave alike (symmetry.py)."""
     job = setup.job
     if call.collective in ("alltoall", "sendrecv"):
         plan, programs = _p2p_plan(job, call)
@@ -539,8 +618,12 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
             raise UsageError("the DES engine does not run PAT plans yet", "--engine des",
                              "NCCL_ALGO=Ring for this call")
         run_plan, factor = coarse_plan(plan, setup.params.max_chunks, job.nodes)
-        programs, n_channels = _programs(job, run_plan), 0
+        n_channels = 0
     sim = _Sim(setup, run_plan, factor, n_channels)
+    if call.collective not in ("alltoall", "sendrecv"):
+        sim.collapse = _collapse(sim, run_plan) if collapse else None
+        ranks = [r for r in range(job.nranks) if sim.collapse is None or sim.collapse.is_rep(r)]
+        programs = _programs(job, run_plan, ranks)
     sim.run(programs, merge)
     nbytes, busy, bw = sim.link_stats()
     hang = sim.hang()
@@ -548,4 +631,4 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
     series = tuple((t, names[link], gbps) for t, link, gbps in (sim.net.series or ()) if link < len(names))
     return DesRun(plan, sim.end_us if hang is None else sim.env.now, nbytes, busy, bw, hang, factor,
                   dict(sorted(sim.channel_end.items())), tuple(sim.spans or ()), series, sim.net.n_transfers,
-                  sim.n_streams)
+                  sim.n_streams, sim.collapse.n_classes if sim.collapse else job.nodes)

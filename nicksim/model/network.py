@@ -69,15 +69,18 @@ class FluidNetwork:
         return self.transfer2(route, nbytes, lat_us, nbytes)[1]
 
     def transfer2(self, route: Sequence[int], nbytes: float, lat_us: float, head_nbytes: float, tag=None,
-                  weight: int = 1) -> tuple[simpy.Event, simpy.Event, simpy.Event]:
+                  weight: int = 1, route_lat_us: float | None = None) -> tuple[simpy.Event, simpy.Event, simpy.Event]:
         """(head, done, sent): fired when the first `head_nbytes` and when all `nbytes` have arrived,
         and when the last byte has left. `tag` names the transfer in `stalled()`; a `weight` of k
-        stands for k identical transfers moving together (each link carries k times its rate)."""
+        stands for k identical transfers moving together (each link carries k times its rate);
+        `route_lat_us` replaces the route's summed link latency (a route that is several parallel
+        ones, each with that latency)."""
         self.n_transfers += 1
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         shape = self._shape(tuple(route), weight)
-        item = _Transfer(shape[:4], nbytes, done, sent, lat_us + shape[4], None if head is done else head,
+        path_lat = shape[4] if route_lat_us is None else route_lat_us
+        item = _Transfer(shape[:4], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
         item.tag = tag
         self._start(item)
