@@ -6,15 +6,22 @@ Three parts, each against a peer measured in the same run:
 - `growth`: one call at a time, varying one thing — nodes (ranks), channels (NCCL_MAX_CTAS), size
   — with wall seconds, slices moved (transfers), streams simulated, and the ratio of seconds to the
   first row of the same series;
-- peak resident memory of the process at the end.
+- `scale`: one 1 GiB all_reduce on 8 x N GPUs, each in its own process (its wall seconds and peak
+  resident memory), against the model engine's answer for the same job: with SHARP (NCCL's choice
+  is NVLS across nodes; every node behaves alike and is simulated once) up to 1024 GPUs — the bars
+  are 60 s and 4 GB — and without (NVLS Tree: the double binary tree sets every node apart, so
+  the cost grows with the nodes).
 `--plot FILE` draws the growth series (seconds and transfers) to a PNG. Run:
 
-    python benchmarks/bench_des.py [--plot docs/des-cost.png] [--repeat 1]
+    python benchmarks/bench_des.py [--plot docs/des-cost.png] [--repeat 1] [--scale 16 128]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import resource
+import subprocess
+import sys
 import time
 
 from nicksim.calls import call_for_size
@@ -82,6 +89,36 @@ def growth(repeat: int) -> dict[str, list[tuple]]:
     return series
 
 
+def one_large(nodes: int, sharp: bool) -> dict:
+    """One 1 GiB all_reduce on `nodes` DGX H100 (run in a child process, so its memory is its own)."""
+    env = {"NCCL_COLLNET_ENABLE": "1"} if sharp else {}
+    start = time.perf_counter()
+    job = load_job(JobSpec(system="dgx-h100", nodes=nodes, sharp=sharp), read_params(env))
+    call = call_for_size("all_reduce", 1 << 30, "float", "sum", 0, job.nranks)
+    from nicksim.engines import model_result
+    model_us = model_result(job, call).time_us
+    loaded = time.perf_counter()
+    run = simulate(des_setup(job), call)
+    done = time.perf_counter()
+    return {"gpus": job.nranks, "sharp": sharp, "algorithm": run.plan.algorithm, "des_us": run.time_us,
+            "model_us": model_us, "load_s": loaded - start, "des_s": done - loaded, "classes": run.n_node_classes,
+            "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def scale(node_counts: list[int]) -> None:
+    print("# scale: one 1 GiB all_reduce, each in its own process")
+    print(f"# {'GPUs':>5} {'SHARP':>5} {'algorithm':>9} {'des s':>7} {'MiB':>6} {'classes':>7}  des vs model time")
+    for sharp in (True, False):
+        for nodes in node_counts:
+            if not sharp and nodes > 32:
+                continue  # without SHARP every node is simulated: beyond 32 nodes it takes minutes
+            out = subprocess.run([sys.executable, __file__, "--one", str(nodes)] + (["--sharp"] if sharp else []),
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout)
+            print(f"  {r['gpus']:>5} {'yes' if sharp else 'no':>5} {r['algorithm']:>9} {r['des_s']:>7.1f} "
+                  f"{r['maxrss_mib']:>6.0f} {r['classes']:>7}  {r['des_us']:.0f} vs {r['model_us']:.0f} us")
+
+
 def plot(series: dict[str, list[tuple]], path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -110,12 +147,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--plot", metavar="FILE", help="write the growth plot (PNG)")
+    parser.add_argument("--scale", type=int, nargs="*", default=[4, 16, 32, 128], metavar="NODES",
+                        help="node counts of the scale part (default 4 16 32 128)")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sharp", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one_large(args.one, args.sharp)))
+        return
     sweeps(args.repeat)
     series = growth(args.repeat)
     print(f"# peak resident memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     if args.plot:
         plot(series, args.plot)
+    if args.scale:
+        scale(args.scale)
 
 
 if __name__ == "__main__":

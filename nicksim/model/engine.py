@@ -199,17 +199,21 @@ def coarse_plan(plan: Plan, max_chunks: int, nodes: int = 1) -> tuple[Plan, int]
 
 
 class _Conn:
-    """One direction of one channel's connection: per slice sent, the events of its first step
-    arriving (`heads`) and of all of it arriving (`dones`); slices taken by the receiver and slots
-    it freed."""
+    """One direction of one channel's connection: slices posted by the sender (the events of each
+    one's first step arriving, `heads`, and of all of it arriving, `dones`, kept until the receiver
+    takes it), slices taken by the receiver and slots it freed."""
 
-    __slots__ = ("heads", "dones", "taken", "freed", "credits")
+    __slots__ = ("posted", "heads", "dones", "taken", "freed", "credits")
 
     def __init__(self, credits: int):
-        self.heads: list = []
-        self.dones: list = []
-        self.taken = self.freed = 0
+        self.heads: dict[int, simpy.Event] = {}
+        self.dones: dict[int, simpy.Event] = {}
+        self.posted = self.taken = self.freed = 0
         self.credits = credits
+
+    def post(self, head: simpy.Event, done: simpy.Event) -> None:
+        self.heads[self.posted], self.dones[self.posted] = head, done
+        self.posted += 1
 
 
 class _Sim:
@@ -359,18 +363,20 @@ class _Sim:
                 upstream = []  # the events of everything this slice reads, all of which must be in
                 ins = [self._conn(channel, src, rank, prim.conn) for src in peers_in]
                 for src, conn in zip(peers_in, ins):
-                    while len(conn.dones) <= conn.taken:
+                    while conn.posted <= conn.taken:
                         state[3] = f"data from rank {src} (connection {prim.conn})"
                         yield self._wait(("data", channel, src, rank, prim.conn))
                     state[3] = f"the first step from rank {src} (connection {prim.conn})"
-                    yield conn.heads[conn.taken]
-                    upstream.append(conn.dones[conn.taken])
+                    first_step = conn.heads.pop(conn.taken)
+                    upstream.append(conn.dones.pop(conn.taken))
                     conn.taken += 1
+                    if not first_step.processed:
+                        yield first_step
                 got = yield from self._switch_inputs(prim, channel, key, state)
                 upstream += got
                 outs = [self._conn(channel, rank, dst, prim.conn) for dst in peers_out]
                 for dst, conn in zip(peers_out, outs):
-                    while len(conn.dones) - conn.freed >= conn.credits:
+                    while conn.posted - conn.freed >= conn.credits:
                         state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
                         yield self._wait(("slot", channel, rank, dst, prim.conn))
                 first = line if line is not None else wire * self.head_share
@@ -379,8 +385,7 @@ class _Sim:
                                                       (rank, tuple(peers_out), channel), self.weight[channel],
                                                       route_lat)
                 for dst, conn in zip(peers_out, outs):
-                    conn.heads.append(head)
-                    conn.dones.append(done)
+                    conn.post(head, done)
                     self._notify(("data", channel, rank, dst, prim.conn))
                 self._switch_outputs(prim, channel, node, key, head, done)
                 state[3] = "its transfer"
