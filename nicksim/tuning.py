@@ -36,8 +36,7 @@ __all__ = [
     "algo_time",
     "ThreadThresholds",
     "thread_thresholds",
-    "format_thread_thresholds",
-]
+    "format_thread_thresholds", "net_overhead_us"]
 
 # ncclFuncStr (init.cc): the collectives the time model prices (NCCL_NUM_FUNCTIONS 5).
 FUNCTIONS: tuple[str, ...] = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -325,7 +324,9 @@ def _pat_enabled(rules: TimeModelRules, inputs: TuneInputs, params: Params) -> b
     return inputs.n_nodes == inputs.n_ranks
 
 
-def _net_overhead_us(inputs: TuneInputs, params: Params) -> float:
+def net_overhead_us(inputs: TuneInputs, params: Params) -> float:
+    """tuning.cc getNetOverhead: the proxy's cost per network step (NCCL_NET_OVERHEAD in ns, else
+    2 us on AMD x86 hosts and 1 us elsewhere)."""
     value = params.get("NCCL_NET_OVERHEAD")
     if value is not None and value != -2:
         return value * 0.001
@@ -470,7 +471,7 @@ def _latency(rules: TimeModelRules, t: TuningTables, inputs: TuneInputs, g: Grap
             return lat + nsteps * step
         overhead = 0.0
         if n_nodes > 1:
-            overhead = _net_overhead_us(inputs, params) * (3 if proto == "Simple" else 1)
+            overhead = net_overhead_us(inputs, params) * (3 if proto == "Simple" else 1)
         intra = max(intra, overhead)
         if rules.ring_allreduce_inter_steps_2n:
             inter_steps = (2 * n_nodes if n_nodes > 1 else 0) if func == "AllReduce" else n_nodes - 1

@@ -118,6 +118,26 @@ def test_a_degraded_nic_slows_exactly_the_rings_that_cross_it():
     assert slow.time_us > 1.5 * base.time_us
 
 
+def test_one_proxy_thread_posts_every_channels_network_steps():
+    # tuning.cc getNetOverhead: 1 us per post on Intel hosts, 2 us on AMD ones.
+    assert des_setup(job_of("dgx-h100", 2)).params.net_overhead_us == 1.0
+    assert des_setup(job_of("dgx-a100", 2)).params.net_overhead_us == 2.0
+    # At 50 us a post the proxy is the bottleneck. Channels c and c+8 run the same ring, so with 16 channels
+    # every rank that sends across the nodes posts for two channels, twice the posts of 8 channels: one
+    # thread posting for both, the call takes about twice as long (one thread per channel would not).
+    call = call_for_size("all_reduce", 64 * MiB, "float", "sum", 0, 16)
+    times_us = {}
+    for ctas in (8, 16):
+        job = job_of(nodes=2, env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_MIN_CTAS": str(ctas),
+                                   "NCCL_MAX_CTAS": str(ctas)})
+        slow = with_overrides(des_setup(job).params, {"proxy.overhead_us": 50})
+        free = with_overrides(slow, {"proxy.overhead_us": 0})
+        times_us[ctas] = (simulate(des_setup(job, slow), call).time_us, simulate(des_setup(job, free), call).time_us)
+    assert times_us[16][0] > 1.6 * times_us[8][0]
+    assert times_us[8][0] > 4 * times_us[8][1]
+    assert times_us[16][1] <= times_us[8][1]  # without the proxy more channels are never slower
+
+
 # --- faults and stragglers -----------------------------------------------------------------------
 
 def test_a_link_down_mid_collective_is_a_hang_naming_both_sides():

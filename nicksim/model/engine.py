@@ -27,6 +27,7 @@ import simpy
 
 from ..calls import Call
 from ..constants.tuning_tables import tuning_tables
+from ..tuning import net_overhead_us
 from ..errors import UsageError
 from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, Stream, plan_call, rank_programs
@@ -178,7 +179,7 @@ def default_params(job) -> DesParams:
     """The parameter set for `job`'s GPUs and NCCL release."""
     system = job.paths.system
     sm = min(system.nodes[g].gpu.sm for g in system.gpus())
-    return des_params(tuning_tables(system.rules.version), sm)
+    return des_params(tuning_tables(system.rules.version), sm, net_overhead_us(job.comm.inputs, job.params))
 
 
 def _collnet_scheduled(plan: Plan, nodes: int) -> bool:
@@ -229,6 +230,8 @@ class _Sim:
         self.router = Router(job, self.fabric, _GRAPH_OF.get(plan.algorithm, "ring"), n_ch)
         n_fabric = len(self.fabric.links)
         capacity = [link.bw_gbps for link in self.fabric.links] + [params.cta_bw_gbps] * (self.router.n_links - n_fabric)
+        for rank in range(job.nranks):
+            capacity[self.router.proxy(rank)] = 1.0  # 1 GB/s: a post of t us is t x 1000 bytes
         for fault in setup.faults:
             if fault.kind == "degrade":
                 for link in fault.links:
@@ -349,6 +352,8 @@ class _Sim:
             state[0], state[1] = index, prim
             peers_out = [dst for dst in prim.send_to if dst >= 0]
             route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
+            posts = self._proxies(rank) if any(self.router.peer(channel, rank, d)[1] == HW_NET
+                                               for d in peers_out) else ()
             # Connections run between the ranks simulated: a peer's stand-in, once per primitive.
             peers_in = self._stand_ins(prim.recv_from)
             peers_out = self._stand_ins(prim.send_to)
@@ -379,6 +384,11 @@ class _Sim:
                     while conn.posted - conn.freed >= conn.credits:
                         state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
                         yield self._wait(("slot", channel, rank, dst, prim.conn))
+                if posts and self.params.net_overhead_us > 0:
+                    # The rank's proxy thread posts the step, sharing its time with every channel's posts.
+                    state[3] = "its proxy thread"
+                    post = self.params.net_overhead_us * 1e3
+                    yield self.net.transfer2(posts, post, 0.0, post, None, self.weight[channel], 0.0)[2]
                 first = line if line is not None else wire * self.head_share
                 start = self.env.now
                 head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
@@ -405,6 +415,11 @@ class _Sim:
         self.end_us = max(self.end_us, self.env.now)
         for member in self.groups[channel]:
             self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
+
+    def _proxies(self, rank: int) -> tuple[int, ...]:
+        """The proxy links a network step of `rank` occupies: its own, or every member's."""
+        members = (rank,) if self.collapse is None else self.collapse.members(rank)
+        return tuple(self.router.proxy(m) for m in members)
 
     def _stand_ins(self, peers) -> list[int]:
         ranks = [p for p in peers if p >= 0]

@@ -15,6 +15,11 @@ hardware facts and differ only where the fabric makes them differ:
 - `nvls_efficiency`: the share of an NVLink port that NVSwitch multicast and in-switch reduction
   traffic gets (nvlsEfficiency, 2.28.9-2.30.7: Hopper 0.85, Blackwell 0.74: a property of the
   switch generation, so it applies to every release);
+- `net_overhead_us`: what the rank's proxy thread spends posting each network step, one post at a
+  time for all the rank's channels (tuning.cc getNetOverhead, "network post overhead":
+  NCCL_NET_OVERHEAD, else 2 us on AMD x86 hosts and 1 us elsewhere). NCCL's formula also charges
+  3x that per Simple step, as latency; the DES charges one post per step and lets the pipeline
+  show what it costs;
 - the protocols' wire cost: LL sends 16 bytes per 8 of data (half of every line is flag), LL128
   128 per 120, Simple what it carries.
 
@@ -51,6 +56,7 @@ class DesParams:
     step_lat_scale: float = 1.0
     launch_scale: float = 1.0
     max_chunks: int = 64
+    net_overhead_us: float = 1.0
 
     def step_lat_us(self, hw: str, algorithm: str, protocol: str) -> float:
         row = algorithm if algorithm in ("Tree", "Ring") else "Ring"
@@ -61,12 +67,13 @@ class DesParams:
         return self.launch_scale * (base or self.tables.base_lat("Ring", protocol))
 
 
-def des_params(tables: TuningTables, sm: int) -> DesParams:
-    """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release."""
+def des_params(tables: TuningTables, sm: int, net_overhead_us: float = 1.0) -> DesParams:
+    """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release, on hosts whose
+    proxy costs `net_overhead_us` per network step."""
     blackwell = sm >= 100 and tables.version.minor >= 25  # before 2.25 Blackwell searched with SM90's ladder
     cta = SPEEDS["intra"][100 if blackwell else 90 if sm >= 90 else 0][0]
     nvls = _NVLS_EFFICIENCY[100] if sm >= 100 else _NVLS_EFFICIENCY[90]
-    return DesParams(tables, cta, nvls)
+    return DesParams(tables, cta, nvls, net_overhead_us=net_overhead_us)
 
 
 PARAM_NAMES = {
@@ -75,6 +82,7 @@ PARAM_NAMES = {
     "step_lat.scale": "step_lat_scale",
     "launch.scale": "launch_scale",
     "des.max_chunks": "max_chunks",
+    "proxy.overhead_us": "net_overhead_us",
 }
 
 
@@ -85,7 +93,9 @@ def with_overrides(params: DesParams, values: dict[str, float]) -> DesParams:
         if name not in PARAM_NAMES:
             raise UsageError(f"unknown engine parameter '{name}'", "--set", ", ".join(PARAM_NAMES))
         field = PARAM_NAMES[name]
-        if value <= 0:
+        if value <= 0 and field != "net_overhead_us":
             raise UsageError(f"{name}={value:g}", "--set", "a value above 0")
+        if value < 0:
+            raise UsageError(f"{name}={value:g}", "--set", "a value of 0 or more")
         changes[field] = int(value) if field == "max_chunks" else float(value)
     return replace(params, **changes)
