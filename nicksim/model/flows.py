@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["max_min_rates", "rates_for_uses", "fair_rates"]
+__all__ = ["max_min_rates", "rates_for_uses", "fair_rates", "fair_rates_flat"]
 
 _FULL = 1e-9  # relative slack under which a link counts as full
 
@@ -55,13 +55,20 @@ def fair_rates(links: Sequence[np.ndarray], counts: Sequence[np.ndarray], capaci
     """rates_for_uses over numpy arrays: transfer i crosses `links[i]` (distinct link ids) `counts[i]`
     times each; the same progressive filling, vectorised over every (transfer, link) pair."""
     n = len(links)
-    rates = np.zeros(n)
     if n == 0:
-        return rates
-    sizes = np.fromiter((len(x) for x in links), dtype=np.int64, count=n)
+        return np.zeros(0)
+    sizes = np.array([x.size for x in links], dtype=np.int64)
     owner = np.repeat(np.arange(n), sizes)
-    link = np.concatenate(links) if n else np.zeros(0, dtype=np.int64)
-    times = np.concatenate(counts).astype(float) if n else np.zeros(0)
+    return fair_rates_flat(np.concatenate(links), np.concatenate(counts), owner, sizes, capacity_gbps)
+
+
+def fair_rates_flat(link: np.ndarray, times: np.ndarray, owner: np.ndarray, sizes: np.ndarray,
+                    capacity_gbps: np.ndarray) -> np.ndarray:
+    """fair_rates over the (transfer, link) pairs already laid out flat: pair k is transfer
+    `owner[k]` crossing `link[k]` `times[k]` times; `sizes[i]` is transfer i's number of pairs."""
+    n = len(sizes)
+    rates = np.zeros(n)
+    times = times.astype(float, copy=False)
     rates[sizes == 0] = math.inf
     left = capacity_gbps.astype(float).copy()
     slack = _FULL * np.maximum(1.0, capacity_gbps)

@@ -20,7 +20,7 @@ import simpy
 
 import numpy as np
 
-from .flows import fair_rates
+from .flows import fair_rates_flat
 
 __all__ = ["FluidNetwork"]
 
@@ -51,7 +51,11 @@ class FluidNetwork:
         self.env = env
         self.capacity = np.array(capacity_gbps, dtype=float)
         self.latency = list(latency_us) if latency_us is not None else [0.0] * len(self.capacity)
-        self.moving: list[_Transfer] = []
+        self.moving: list[_Transfer] = []    # in the current division, aligned with the arrays below
+        self._new: list[_Transfer] = []       # started since, waiting for the next division
+        self._left = np.zeros(0)              # bytes each moving transfer has left
+        self._head = np.zeros(0)              # `left` at which its first step is in (-inf: none awaited)
+        self._rate = np.zeros(0)              # GB/s
         self.bytes_on = [0.0] * len(self.capacity)
         self.busy_us = np.zeros(len(self.capacity))
         self._busy = np.zeros(0, dtype=np.int64)  # links carrying something since the last division
@@ -106,18 +110,17 @@ class FluidNetwork:
     def stalled(self) -> list[tuple[object, int]]:
         """(tag, dead link) of every transfer left on a link of no capacity."""
         return [(item.tag, next(link for link in item.use if self.capacity[link] <= 0))
-                for item in self.moving if any(self.capacity[link] <= 0 for link in item.use)]
+                for item in self.moving + self._new if any(self.capacity[link] <= 0 for link in item.use)]
 
     def _start(self, item: _Transfer) -> None:
         if item.left <= _DONE or not item.route:
             self._fire_head(item)
             self._finish(item)
             return
-        # Rates change only when the links are re-divided, which advances everyone first; a new
-        # transfer waits for that division at rate 0.
+        # A new transfer waits at rate 0 for the division of this instant, which takes it in.
         for link, times in zip(item.links.tolist(), item.counts.tolist()):
             self.bytes_on[link] += item.left * times
-        self.moving.append(item)
+        self._new.append(item)
         self._later()
 
     def _later(self) -> None:
@@ -133,35 +136,53 @@ class FluidNetwork:
     def _advance(self) -> None:
         """Move every transfer forward by what its rate carried since the last change."""
         elapsed = self.env.now - self._since
-        if elapsed > 0:
-            for item in self.moving:
-                item.left -= item.rate * _BYTES_PER_US * elapsed
+        if elapsed > 0 and self._left.size:
+            self._left -= self._rate * (_BYTES_PER_US * elapsed)
             self.busy_us[self._busy] += elapsed
         self._since = self.env.now
 
     def _replan(self, _event=None) -> None:
-        """Re-divide the links and wake up when the first of the moving transfers arrives."""
+        """Take in the new transfers, re-divide the links, and wake up when the first of the moving
+        transfers (or the first step of one) arrives. Between divisions the transfers' remaining
+        bytes, rates and first-step marks live in arrays aligned with `moving`."""
         self._pending = False
         self._advance()
-        rates = fair_rates([item.links for item in self.moving], [item.counts for item in self.moving], self.capacity)
-        for item, rate in zip(self.moving, rates.tolist()):
-            item.rate = rate
-        moving = [item.links for item in self.moving if item.rate > 0]
-        self._busy = np.unique(np.concatenate(moving)) if moving else np.zeros(0, dtype=np.int64)
+        if self._new:
+            new = self._new
+            self.moving = self.moving + new
+            self._left = np.concatenate([self._left, [item.left for item in new]])
+            self._head = np.concatenate([self._head, [item.head_left if item.head is not None else -np.inf
+                                                      for item in new]])
+            self._new = []
+        moving = self.moving
+        if moving:
+            sizes = np.array([item.links.size for item in moving], dtype=np.int64)
+            owner = np.repeat(np.arange(len(moving)), sizes)
+            link = np.concatenate([item.links for item in moving])
+            self._rate = fair_rates_flat(link, np.concatenate([item.counts for item in moving]), owner, sizes,
+                                         self.capacity)
+            busy = np.zeros(len(self.capacity), dtype=bool)
+            busy[link[self._rate[owner] > 0]] = True
+            self._busy = np.flatnonzero(busy)
+        else:
+            self._rate = np.zeros(0)
+            self._busy = np.zeros(0, dtype=np.int64)
         if self.series is not None:
             self._record()
         self._wake += 1
-        times = [(item.left - (item.head_left if item.head is not None else 0.0)) / (item.rate * _BYTES_PER_US)
-                 for item in self.moving if item.rate > 0]
-        if times:
+        moving_on = self._rate > 0
+        if moving_on.any():
+            speed = self._rate[moving_on] * _BYTES_PER_US
+            target = np.maximum(self._head[moving_on], 0.0)  # the first step, where one is awaited
+            wait = float(np.min((self._left[moving_on] - target) / speed))
             wake = self._wake
-            self.env.timeout(max(0.0, min(times))).callbacks.append(lambda _: self._arrive(wake))
+            self.env.timeout(max(0.0, wait)).callbacks.append(lambda _: self._arrive(wake))
 
     def _record(self) -> None:
         load = np.zeros(len(self.capacity))
-        for item in self.moving:
-            if 0 < item.rate < float("inf"):
-                load[item.links] += item.counts * item.rate
+        for item, rate in zip(self.moving, self._rate.tolist()):
+            if 0 < rate < float("inf"):
+                load[item.links] += item.counts * rate
         for link in np.nonzero(np.abs(load - self._load) > 1e-9)[0].tolist():
             self.series.append((self.env.now, link, float(load[link])))
         self._load = load
@@ -170,15 +191,18 @@ class FluidNetwork:
         if wake != self._wake:
             return  # the links were re-divided since this wake-up was planned
         self._advance()
-        for item in self.moving:
-            if item.head is not None and item.left - item.head_left <= max(_DONE, item.rate * _BYTES_PER_US * _EPS_US):
-                self._fire_head(item)
-        arrived = [item for item in self.moving
-                   if item.left <= max(_DONE, item.rate * _BYTES_PER_US * _EPS_US)]
-        if arrived:
-            gone = set(map(id, arrived))
-            self.moving = [item for item in self.moving if id(item) not in gone]
-            for item in arrived:
+        slack = np.maximum(_DONE, self._rate * (_BYTES_PER_US * _EPS_US))
+        heads = np.flatnonzero(self._left - self._head <= slack)
+        for i in heads.tolist():
+            self._head[i] = -np.inf
+            self._fire_head(self.moving[i])
+        arrived = self._left <= slack
+        if arrived.any():
+            keep = ~arrived
+            done = [self.moving[i] for i in np.flatnonzero(arrived).tolist()]
+            self.moving = [item for item, k in zip(self.moving, keep.tolist()) if k]
+            self._left, self._head, self._rate = self._left[keep], self._head[keep], self._rate[keep]
+            for item in done:
                 self._fire_head(item)
                 self._finish(item)
         self._later()
