@@ -1,7 +1,8 @@
 """The DES engine: a plan's primitive programs executed over the modelled fabric, in simulated time.
 
-`simulate(job, call)` promises the time NCCL's kernel would take for `call` on `job` if the machine
-were the fabric (fabric.py) and the costs were the parameter set (hwparams.py): every rank runs, on
+`simulate(des_setup(job, ...), call)` promises the time NCCL's kernel would take for `call` on
+`job` if the machine were the fabric (fabric.py), the costs the parameter set (hwparams.py) and the
+faults and stragglers those of the setup (faults.py): every rank runs, on
 every channel the plan uses, the primitive streams `rank_programs` gives (one SimPy process per
 stream, all starting after the kernel launch); each primitive moves its chunk in slices (Simple
 ring: chunkSteps / sliceSteps of them, one otherwise); a slice waits for its data from each peer
@@ -11,12 +12,15 @@ every link its transport uses (routes.py), carrying the protocol's wire bytes, p
 latency. NVLS chunks go through the NVSwitch: a head's in-switch reduction reads the chunk from
 every GPU of the node and its multicast writes it to all of them, at `nvls_efficiency` of the
 ports; CollNet chunks go up a head's NIC to the first switch, which reduces once every node's head
-has sent it, and come back down.
+has sent it, and come back down. Every step a rank sends over the network is first posted by its
+one proxy thread. Point-to-point calls run plan_p2p.py's programs the same way.
 
 Large calls are simulated in coarser chunks (at most `max_chunks` per channel, the chunk grown by
-a whole factor): the bottleneck and the overlap stay, the event count stays bounded. When a run
-ends with streams still waiting, the result carries a HangReport naming each blocked stream, the
-primitive it is in and what it waits for.
+a whole factor): the bottleneck and the overlap stay, the event count stays bounded. Channels that
+move in lockstep are simulated once, and so are nodes that behave alike (symmetry.py); both are
+exact, and `merge=False` / `collapse=False` turn them off. When a run ends with streams still
+waiting, or at the watchdog limit, the result carries a HangReport naming each blocked stream, the
+primitive it is in and what it waits for, and the transfers stalled on dead links.
 """
 from __future__ import annotations
 
@@ -26,12 +30,12 @@ from dataclasses import dataclass, field, replace
 import simpy
 
 from ..calls import Call
-from ..constants.tuning_tables import tuning_tables
-from ..tuning import net_overhead_us
-from ..errors import UsageError
 from ..connect import p2p_channels, p2p_chunk_nbytes
+from ..constants.tuning_tables import tuning_tables
+from ..errors import UsageError
 from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, Stream, plan_call, rank_programs
 from ..plan_p2p import p2p_programs
+from ..tuning import net_overhead_us
 from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
