@@ -61,6 +61,17 @@ def test_des_agrees_with_the_model_on_collnet(collective, algorithm):
     assert not any(name.startswith("node0:CPU") for name in run.link_nbytes)
 
 
+@pytest.mark.parametrize("collective", ["all_gather", "reduce_scatter"])
+def test_pat_runs_round_by_round(collective):
+    # One GPU per node on four nodes: NCCL picks PAT around 1 MiB; forced at 256 MiB it agrees with the formula.
+    job = job_of(nodes=4, gpus_per_node=1)
+    _, chosen = times(job, collective, 1 * MiB)
+    assert chosen.plan.algorithm == "PAT" and chosen.hang is None
+    forced = job_of(nodes=4, gpus_per_node=1, env={"NCCL_ALGO": "PAT"})
+    model_us, run = times(forced, collective, 256 * MiB)
+    assert run.plan.algorithm == "PAT" and run.time_us == pytest.approx(model_us, rel=0.15)
+
+
 def test_ring_broadcast_pays_a_pipeline_fill_the_formula_leaves_out():
     # Simple broadcast posts whole 512 KiB steps (BROADCAST_SLICESTEPS 1): the last rank of an 8-GPU ring
     # starts 7 steps after the root. NCCL's formula has no such term, so the DES is slower at 256 MiB —

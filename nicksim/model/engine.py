@@ -32,7 +32,6 @@ import simpy
 from ..calls import Call
 from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..constants.tuning_tables import tuning_tables
-from ..errors import UsageError
 from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, Stream, plan_call, rank_programs
 from ..plan_p2p import p2p_programs
 from ..tuning import net_overhead_us
@@ -52,6 +51,7 @@ _GRAPH_OF = {"Ring": "ring", "Tree": "tree", "NVLS": "nvls", "NVLSTree": "nvls",
              "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain", "P2P": "p2p"}
 _REDUCING_NVLS = ("nvlsReduceMulticast", "nvlsReduceSend")
 _LINE_NBYTES = {"LL": 16, "LL128": 128}  # a line: data and flag arrive together
+_PAT_MAX_ROUND = 16  # collectives.h NCCL_PAT_NWORKERS / WARP_SIZE: at most this many steps per round
 
 
 @dataclass(frozen=True)
@@ -268,6 +268,7 @@ class _Sim:
         self.groups: dict[int, list[int]] = {}
         self.collapse: Collapse | None = None  # set before run() where nodes behave alike
         self.routes: dict[tuple, tuple] = {}
+        self.pat_conns: dict[tuple, list[int]] = {}
         self.last_progress = 0.0
 
     # --- waiting ------------------------------------------------------------------------------
@@ -352,7 +353,9 @@ class _Sim:
         elem = self.elem_nbytes
         protocol = stream.protocol or self.plan.protocol
         line = _LINE_NBYTES.get(protocol)
-        for index, prim in enumerate(stream.prims):
+        if stream.prims and stream.prims[0].pat is not None:
+            yield from self._pat_stream(rank, channel, stream, state, protocol)
+        for index, prim in enumerate(() if stream.prims and stream.prims[0].pat is not None else stream.prims):
             state[0], state[1] = index, prim
             peers_out = [dst for dst in prim.send_to if dst >= 0]
             route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
@@ -419,6 +422,59 @@ class _Sim:
         self.end_us = max(self.end_us, self.env.now)
         for member in self.groups[channel]:
             self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
+
+    def _pat_stream(self, rank: int, channel: int, stream, state: list, protocol: str):
+        """PAT (plan_pat.py): the steps of one round run together between two barriers; a step reads
+        the connection step its offset names once the sender has posted it, writes into a step the
+        receiver has freed, and the round's posts land after all its transfers have arrived."""
+        prims, index = stream.prims, 0
+        node, local = divmod(rank, self.per_node)
+        while index < len(prims):
+            batch = [p for p in prims[index:index + _PAT_MAX_ROUND] if p.pat.round == prims[index].pat.round]
+            state[0], state[1] = index, batch[0]
+            for prim in batch:
+                yield from self._pat_wait(rank, channel, prim, state)
+            dones = []
+            for prim in batch:
+                peers_out = [d for d in prim.send_to if d >= 0]
+                route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
+                wire = wire_nbytes(protocol, prim.nelem * self.elem_nbytes)
+                lat = self.params.step_lat_us(hw, self.plan.algorithm, protocol) if hw else 0.0
+                if hw == HW_NET and self.params.net_overhead_us > 0:
+                    post = self.params.net_overhead_us * 1e3
+                    yield self.net.transfer2(self._proxies(rank), post, 0.0, post, None, self.weight[channel], 0.0)[2]
+                dones.append(self.net.transfer2(route, wire, lat, wire, (rank, tuple(peers_out), channel),
+                                                self.weight[channel], route_lat)[1])
+            state[3] = "its round's transfers"
+            yield simpy.AllOf(self.env, dones)
+            self.last_progress = self.env.now
+            for prim in batch:
+                if prim.pat.post_send:
+                    self._pat_conn(channel, rank, prim.send_to[0])[1] += 1
+                    self._notify(("pat", channel, rank, prim.send_to[0]))
+                if prim.pat.post_recv:
+                    self._pat_conn(channel, prim.recv_from[0], rank)[0] += 1
+                    self._notify(("pat", channel, prim.recv_from[0], rank))
+            index += len(batch)
+
+    def _pat_conn(self, channel: int, src: int, dst: int) -> list[int]:
+        """[head, tail] of a PAT connection: steps freed by the receiver, steps posted by the sender."""
+        return self.pat_conns.setdefault((channel, src, dst), [0, 0])
+
+    def _pat_wait(self, rank: int, channel: int, prim, state: list):
+        rs, sl = prim.op == "patReduce", prim.pat
+        if prim.recv_from:
+            src = prim.recv_from[0]
+            conn = self._pat_conn(channel, src, rank)
+            while conn[1] < conn[0] + (0 if rs else sl.step_offset) + 1:
+                state[3] = f"a step posted by rank {src} (PAT)"
+                yield self._wait(("pat", channel, src, rank))
+        if prim.send_to:
+            dst = prim.send_to[0]
+            conn = self._pat_conn(channel, rank, dst)
+            while conn[0] + NCCL_STEPS < conn[1] + (sl.step_offset if rs else 0) + 1:
+                state[3] = f"a step freed by rank {dst} (PAT)"
+                yield self._wait(("pat", channel, rank, dst))
 
     def _proxies(self, rank: int) -> tuple[int, ...]:
         """The proxy links a network step of `rank` occupies: its own, or every member's."""
@@ -638,9 +694,6 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
         n_channels, run_plan = 1 + max((p.channel for ps in programs.values() for p in ps), default=0), plan
     else:
         plan = plan or plan_call(job.comm, call)
-        if plan.algorithm == "PAT":
-            raise UsageError("the DES engine does not run PAT plans yet", "--engine des",
-                             "NCCL_ALGO=Ring for this call")
         run_plan, factor = coarse_plan(plan, setup.params.max_chunks, job.nodes)
         n_channels = 0
     sim = _Sim(setup, run_plan, factor, n_channels)
