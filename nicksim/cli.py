@@ -396,7 +396,7 @@ def _run_perf(args, params: Params) -> int:
     if args.trace and last is not None:
         _write_json(args.trace, chrome_trace(last))
     if measured is not None:
-        print("\n".join(format_comparison(compare(rows, measured))))
+        print("\n".join(format_comparison(compare(rows, measured), args.engine)))
     if args.json:
         run = {"engine": args.engine, "system": job.system_name, "nranks": job.nranks,
                "nccl_version": job.system.rules.version.line}

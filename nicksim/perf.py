@@ -110,10 +110,11 @@ def compare(rows: list[ResultRow], measured: MeasuredTable) -> list[Comparison]:
     return out
 
 
-def format_comparison(pairs: list[Comparison]) -> list[str]:
-    """A `#`-commented block, one line per size, then median and worst absolute error per band."""
-    lines = ["# model vs measured (busbw error = model / measured - 1)",
-             f"# {'size':>12}  {'model_us':>10}  {'meas_us':>10}  {'model_busbw':>11}  {'meas_busbw':>10}  "
+def format_comparison(pairs: list[Comparison], engine: str = "model") -> list[str]:
+    """A `#`-commented block, one line per size, then median and worst absolute error per band;
+    `engine` names the side that was computed."""
+    lines = [f"# {engine} vs measured (busbw error = {engine} / measured - 1)",
+             f"# {'size':>12}  {engine + '_us':>10}  {'meas_us':>10}  {engine + '_busbw':>11}  {'meas_busbw':>10}  "
              f"{'error%':>8}"]
     for p in pairs:
         meas_t = f"{p.measured_time_us:10.2f}" if p.measured_time_us is not None else f"{'N/A':>10}"
