@@ -349,13 +349,23 @@ class _Sim:
     def _stream(self, rank: int, channel: int, stream, launch_us: float):
         state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch"]
         yield self.env.timeout(launch_us)
-        node, local = divmod(rank, self.per_node)
-        elem = self.elem_nbytes
         protocol = stream.protocol or self.plan.protocol
-        line = _LINE_NBYTES.get(protocol)
         if stream.prims and stream.prims[0].pat is not None:
             yield from self._pat_stream(rank, channel, stream, state, protocol)
-        for index, prim in enumerate(() if stream.prims and stream.prims[0].pat is not None else stream.prims):
+        else:
+            yield from self._prim_stream(rank, channel, stream, state, protocol)
+        state[3] = None
+        self.finished += 1
+        self.end_us = max(self.end_us, self.env.now)
+        for member in self.groups[channel]:
+            self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
+
+    def _prim_stream(self, rank: int, channel: int, stream, state: list, protocol: str):
+        """The primitives one after the other, each slice waiting for its inputs and slots."""
+        node, local = divmod(rank, self.per_node)
+        elem = self.elem_nbytes
+        line = _LINE_NBYTES.get(protocol)
+        for index, prim in enumerate(stream.prims):
             state[0], state[1] = index, prim
             peers_out = [dst for dst in prim.send_to if dst >= 0]
             route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
@@ -391,11 +401,9 @@ class _Sim:
                     while conn.posted - conn.freed >= conn.credits:
                         state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
                         yield self._wait(("slot", channel, rank, dst, prim.conn))
-                if posts and self.params.net_overhead_us > 0:
-                    # The rank's proxy thread posts the step, sharing its time with every channel's posts.
+                if posts:
                     state[3] = "its proxy thread"
-                    post = self.params.net_overhead_us * 1e3
-                    yield self.net.transfer2(posts, post, 0.0, post, None, self.weight[channel], 0.0)[2]
+                    yield from self._post(posts, channel)
                 first = line if line is not None else wire * self.head_share
                 start = self.env.now
                 head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
@@ -417,11 +425,6 @@ class _Sim:
                 for src, conn in zip(peers_in, ins):
                     conn.freed += 1
                     self._notify(("slot", channel, src, rank, prim.conn))
-        state[3] = None
-        self.finished += 1
-        self.end_us = max(self.end_us, self.env.now)
-        for member in self.groups[channel]:
-            self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
 
     def _pat_stream(self, rank: int, channel: int, stream, state: list, protocol: str):
         """PAT (plan_pat.py): the steps of one round run together between two barriers; a step reads
@@ -440,9 +443,8 @@ class _Sim:
                 route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
                 wire = wire_nbytes(protocol, prim.nelem * self.elem_nbytes)
                 lat = self.params.step_lat_us(hw, self.plan.algorithm, protocol) if hw else 0.0
-                if hw == HW_NET and self.params.net_overhead_us > 0:
-                    post = self.params.net_overhead_us * 1e3
-                    yield self.net.transfer2(self._proxies(rank), post, 0.0, post, None, self.weight[channel], 0.0)[2]
+                if hw == HW_NET:
+                    yield from self._post(self._proxies(rank), channel)
                 dones.append(self.net.transfer2(route, wire, lat, wire, (rank, tuple(peers_out), channel),
                                                 self.weight[channel], route_lat)[1])
             state[3] = "its round's transfers"
@@ -456,6 +458,13 @@ class _Sim:
                     self._pat_conn(channel, prim.recv_from[0], rank)[0] += 1
                     self._notify(("pat", channel, prim.recv_from[0], rank))
             index += len(batch)
+
+    def _post(self, proxies: tuple[int, ...], channel: int):
+        """The rank's proxy thread posts a network step, sharing its time with every channel's posts
+        (a post of t us is t x 1000 bytes on the proxy's 1 GB/s link)."""
+        if self.params.net_overhead_us > 0:
+            post = self.params.net_overhead_us * 1e3
+            yield self.net.transfer2(proxies, post, 0.0, post, None, self.weight[channel], 0.0)[2]
 
     def _pat_conn(self, channel: int, src: int, dst: int) -> list[int]:
         """[head, tail] of a PAT connection: steps freed by the receiver, steps posted by the sender."""
