@@ -538,6 +538,11 @@ def tune_model(tables: TuningTables, inputs: TuneInputs, params: Params) -> Cost
                      ring_backup_gbps=tuple(tuple(row) for row in backup) if backup is not None else None)
 
 
+def ll_max_bw_gbps(tables: TuningTables, inputs: TuneInputs) -> float:
+    """llMaxBws as NCCL indexes it for this job: the most LL moves per rank (GB/s of data)."""
+    return _caps(time_model_rules(tables.version), tables, inputs)[0]
+
+
 def _caps(rules: TimeModelRules, tables: TuningTables, inputs: TuneInputs):
     """The caps of this job's row and column; multi-node LL caps go by CPU vendor (AMD row 1, and
     hosts of mixed vendors from 2.24)."""

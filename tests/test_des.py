@@ -255,6 +255,17 @@ def test_coarse_plan_grows_chunks_by_a_whole_factor():
     assert coarse_plan(plan, 10 ** 9) == (plan, 1)
 
 
+def test_ll_is_capped_per_rank_as_nccl_caps_it():
+    # llMaxBws (tuning.cc 2.30.7): Hopper 141 GB/s on one node; across nodes the row goes by CPU vendor.
+    job = job_of()
+    params = des_setup(job).params
+    assert params.ll_max_bw_gbps == 141.0
+    call = call_for_size("all_reduce", 1 * MiB, "float", "sum", 0, 8)
+    capped = simulate(des_setup(job), call)
+    free = simulate(des_setup(job, with_overrides(params, {"ll.max_bw_gbps": 1e6})), call)
+    assert capped.plan.protocol == "LL" and capped.time_us > 1.1 * free.time_us
+
+
 def test_small_messages_cost_nccls_latencies():
     # LL ring all_reduce of 8 bytes: baseLat 6.6 + 14 NVLink hops x 0.6 us (tuning.cc 2.30.7) = 15.0.
     _, run = times(job_of(), "all_reduce", 8)

@@ -34,7 +34,7 @@ from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..constants.tuning_tables import tuning_tables
 from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, Stream, plan_call, rank_programs
 from ..plan_p2p import p2p_programs
-from ..tuning import net_overhead_us
+from ..tuning import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
@@ -183,7 +183,9 @@ def default_params(job) -> DesParams:
     """The parameter set for `job`'s GPUs and NCCL release."""
     system = job.paths.system
     sm = min(system.nodes[g].gpu.sm for g in system.gpus())
-    return des_params(tuning_tables(system.rules.version), sm, net_overhead_us(job.comm.inputs, job.params))
+    tables = tuning_tables(system.rules.version)
+    return des_params(tables, sm, net_overhead_us(job.comm.inputs, job.params),
+                      ll_max_bw_gbps(tables, job.comm.inputs))
 
 
 def _collnet_scheduled(plan: Plan, nodes: int) -> bool:
@@ -236,6 +238,7 @@ class _Sim:
         capacity = [link.bw_gbps for link in self.fabric.links] + [params.cta_bw_gbps] * (self.router.n_links - n_fabric)
         for rank in range(job.nranks):
             capacity[self.router.proxy(rank)] = 1.0  # 1 GB/s: a post of t us is t x 1000 bytes
+            capacity[self.router.ll(rank)] = 2 * params.ll_max_bw_gbps  # on the wire, LL doubles the data
         for fault in setup.faults:
             if fault.kind == "degrade":
                 for link in fault.links:
@@ -586,6 +589,8 @@ class _Sim:
             links += route
             if hw != HW_NET:
                 hw = kind
+        if peers_out and self.plan.protocol == "LL" and self.plan.algorithm != "P2P":
+            links.append(r.ll(rank))
         return tuple(links), hw
 
     # --- the outcome --------------------------------------------------------------------------

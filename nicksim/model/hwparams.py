@@ -20,6 +20,8 @@ hardware facts and differ only where the fabric makes them differ:
   NCCL_NET_OVERHEAD, else 2 us on AMD x86 hosts and 1 us elsewhere). NCCL's formula also charges
   3x that per Simple step, as latency; the DES charges one post per step and lets the pipeline
   show what it costs;
+- `ll_max_bw_gbps`: the most data a rank moves with LL, llMaxBws (by GPU generation, node count and,
+  across nodes, CPU vendor, as NCCL indexes it): LL's flag polling, not the links, bounds it;
 - the protocols' wire cost: LL sends 16 bytes per 8 of data (half of every line is flag), LL128
   128 per 120, Simple what it carries.
 
@@ -57,6 +59,7 @@ class DesParams:
     launch_scale: float = 1.0
     max_chunks: int = 64
     net_overhead_us: float = 1.0
+    ll_max_bw_gbps: float = float("inf")
 
     def step_lat_us(self, hw: str, algorithm: str, protocol: str) -> float:
         row = algorithm if algorithm in ("Tree", "Ring") else "Ring"
@@ -67,13 +70,14 @@ class DesParams:
         return self.launch_scale * (base or self.tables.base_lat("Ring", protocol))
 
 
-def des_params(tables: TuningTables, sm: int, net_overhead_us: float = 1.0) -> DesParams:
+def des_params(tables: TuningTables, sm: int, net_overhead_us: float = 1.0,
+               ll_max_bw_gbps: float = float("inf")) -> DesParams:
     """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release, on hosts whose
-    proxy costs `net_overhead_us` per network step."""
+    proxy costs `net_overhead_us` per network step, with LL capped at `ll_max_bw_gbps` per rank."""
     blackwell = sm >= 100 and tables.version.minor >= 25  # before 2.25 Blackwell searched with SM90's ladder
     cta = SPEEDS["intra"][100 if blackwell else 90 if sm >= 90 else 0][0]
     nvls = _NVLS_EFFICIENCY[100] if sm >= 100 else _NVLS_EFFICIENCY[90]
-    return DesParams(tables, cta, nvls, net_overhead_us=net_overhead_us)
+    return DesParams(tables, cta, nvls, net_overhead_us=net_overhead_us, ll_max_bw_gbps=ll_max_bw_gbps)
 
 
 PARAM_NAMES = {
@@ -83,6 +87,7 @@ PARAM_NAMES = {
     "launch.scale": "launch_scale",
     "des.max_chunks": "max_chunks",
     "proxy.overhead_us": "net_overhead_us",
+    "ll.max_bw_gbps": "ll_max_bw_gbps",
 }
 
 

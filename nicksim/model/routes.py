@@ -11,7 +11,8 @@
   into the first switch of the network (where SHARP reduces), and back;
 - `cta(rank, channel)`: one virtual link per rank and channel standing for the CTA, through which
   every transfer that CTA drives passes (so a channel moves no faster than its CTA can);
-  `proxy(rank)`: one per rank for its proxy thread, which posts the network steps of all channels.
+  `proxy(rank)`: one per rank for its proxy thread, which posts the network steps of all channels;
+  `ll(rank)`: one per rank that all its LL sends cross.
 Each route also says which NCCL hardware row prices its steps (NVLINK, PCI or NET). Routes are
 computed once per connection and kept.
 """
@@ -50,7 +51,7 @@ class Router:
 
     @property
     def n_links(self) -> int:
-        return self.cta_base + self.job.nranks * (self.n_channels + 1)
+        return self.cta_base + self.job.nranks * (self.n_channels + 2)
 
     def cta(self, rank: int, channel: int) -> int:
         return self.cta_base + rank * self.n_channels + channel % self.n_channels
@@ -59,6 +60,10 @@ class Router:
         """The rank's proxy thread as a link: capacity 1 GB/s, so that a post costing t us is t x 1000
         bytes on it, and concurrent posts share the thread."""
         return self.cta_base + self.job.nranks * self.n_channels + rank
+
+    def ll(self, rank: int) -> int:
+        """The rank's LL sends as a link (LL's flag polling caps what a rank moves with it)."""
+        return self.cta_base + self.job.nranks * (self.n_channels + 1) + rank
 
     def _gpu(self, rank: int) -> int:
         return self.system.gpu_by_rank(rank % self.per_node)
