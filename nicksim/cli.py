@@ -28,7 +28,7 @@ from .model.fabric import build_fabric, format_fabric
 from .model.hwparams import PARAM_NAMES
 from .params import Params, read_params
 from .paths import format_nccl_paths, format_paths
-from .perf import compare, format_comparison, perf_rows, sweep_sizes
+from .perf import compare, format_comparison, parse_size, perf_rows, sweep_sizes
 from .report import format_table, read_results, results_json
 from .constants.tuning_tables import PROTOCOLS
 from .connect import (format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels,
@@ -141,19 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _size(name: str):
-    """nccl-tests' size grammar: a byte count with an optional K, M or G (powers of 1024)."""
+    """perf.parse_size as an argparse type."""
     def parse(text: str) -> int:
-        t = text.strip().upper().removesuffix("B")
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-        digits = t[:-1] if scale != 1 else t
         try:
-            value = int(float(digits) * scale)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} '{text}' is not a size (valid: bytes like 8, 64K, 256M, 8G)") \
-                from None
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{name} {text} (valid: a size >= 0)")
-        return value
+            return parse_size(text, name)
+        except NickSimError as exc:
+            raise argparse.ArgumentTypeError(exc.line()) from None
     return parse
 
 

@@ -15,7 +15,20 @@ from .errors import UsageError
 from .job import Job
 from .report import MeasuredTable, ResultRow, measurement
 
-__all__ = ["sweep_sizes", "perf_rows", "Comparison", "compare", "format_comparison", "size_band"]
+__all__ = ["parse_size", "sweep_sizes", "perf_rows", "Comparison", "compare", "format_comparison", "size_band"]
+
+
+def parse_size(text, where: str) -> int:
+    """nccl-tests' size grammar: a byte count with an optional K, M, G or T (powers of 1024)."""
+    t = str(text).strip().upper().removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    try:
+        value = int(float(t[:-1] if scale != 1 else t) * scale)
+    except ValueError:
+        raise UsageError(f"'{text}' is not a size", where, "bytes like 8, 64K, 256M, 8G") from None
+    if value < 0:
+        raise UsageError(f"size {text}", where, "a size >= 0")
+    return value
 
 
 def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, step_nbytes: int | None = None) \

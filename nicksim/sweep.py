@@ -35,6 +35,7 @@ from .engines import ENGINES, engine_result
 from .errors import NickSimError, UsageError
 from .job import JobSpec, load_job
 from .params import read_params
+from .perf import parse_size
 from .report import measurement
 
 try:
@@ -54,18 +55,6 @@ GRID_KEYS: dict[str, tuple[type, object]] = {
 }
 ROW_FIELDS = ("point", *(k for k in GRID_KEYS if k != "sizes"), "env", "nbytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
               "nchannels", "hang", "error")
-
-
-def _size(text, where: str) -> int:
-    t = str(text).strip().upper().removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
-    try:
-        value = int(float(t[:-1] if scale != 1 else t) * scale)
-    except ValueError:
-        raise UsageError(f"'{text}' is not a size", where, "bytes like 8, 64K, 256M, 8G") from None
-    if value < 0:
-        raise UsageError(f"size {text}", where, "a size >= 0")
-    return value
 
 
 def _values(key: str, raw, kind: type, where: str) -> list:
@@ -120,7 +109,7 @@ def read_grid(text: str, where: str) -> list[dict]:
                     raise UsageError(exc.what, f"{where}: collective", exc.valid) from None
         if key == "sizes":
             for v in values:
-                _size(v, f"{where}: sizes")
+                parse_size(v, f"{where}: sizes")
     points = []
     plain = [(k, v) for k, v in axes if k != "sizes"]
     size_values = next((v for k, v in axes if k == "sizes"), [GRID_KEYS["sizes"][1]]) if sizes else \
@@ -133,7 +122,7 @@ def read_grid(text: str, where: str) -> list[dict]:
                 point["env"][key[4:]] = value
             else:
                 point[key] = value
-        point["sizes"] = [_size(v, f"{where}: sizes") for v in size_values]
+        point["sizes"] = [parse_size(v, f"{where}: sizes") for v in size_values]
         point["point"] = len(points)
         points.append(point)
     return points
