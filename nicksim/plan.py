@@ -32,8 +32,8 @@ from .plan_collnet import (COLLNET_SWITCH, CollNetLayout, collnet_chain_allreduc
                            nvls_collnet_allgather, nvls_collnet_reducescatter)
 from .plan_pat import PatSlots, pat_ops
 
-__all__ = ["ChannelPart", "Plan", "Prim", "Stream", "ChannelProgram", "PlanCheckError", "plan_call",
-           "rank_programs", "check_programs", "proto_grain_nbytes"]
+__all__ = ["ChannelPart", "Plan", "Prim", "Stream", "ChannelProgram", "PlanCheckError", "plan_call", "rank_programs",
+           "check_programs", "proto_grain_nbytes", "collnet_scheduled", "PAT_MAX_ROUND"]
 
 NCCL_STEPS = 8
 
@@ -135,9 +135,10 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_ch
     return chunk
 
 
-def _collnet_scheduled(comm: CommState, choice: Choice) -> bool:
-    """enqueue.cc `isCollnet`: CollNet algorithms, and NVLS across nodes (which runs over CollNet)."""
-    return choice.algorithm.startswith("CollNet") or (choice.algorithm == "NVLS" and comm.n_nodes > 1)
+def collnet_scheduled(algorithm: str, n_nodes: int) -> bool:
+    """enqueue.cc `isCollnet`: CollNet algorithms, and NVLS across nodes (which runs over CollNet);
+    every channel of such a plan takes the whole count and strides through it by channel."""
+    return algorithm.startswith("CollNet") or (algorithm == "NVLS" and n_nodes > 1)
 
 
 def _chunk_steps(call: Call) -> tuple[int, int]:
@@ -230,7 +231,7 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
     grain = proto_grain_nbytes(choice.protocol)
     global_per_elem = elem * (call.nranks if call.collective in ("all_gather", "reduce_scatter") else 1)
     parts = []
-    if _collnet_scheduled(comm, choice):
+    if collnet_scheduled(choice.algorithm, comm.n_nodes):
         # Every channel takes the whole count; the kernel strides through it by channel.
         n_ch = choice.max_channels
         chunk = _chunk_nbytes(comm, call, choice, global_per_elem * call.count, n_ch) // grain * grain
@@ -627,7 +628,7 @@ def _has_input(call: Call, rank: int, offset: int, nelem: int) -> bool:
     return True
 
 
-_PAT_MAX_ROUND = 16  # NCCL_PAT_NWORKERS / WARP_SIZE: at most this many steps per round
+PAT_MAX_ROUND = 16  # NCCL_PAT_NWORKERS / WARP_SIZE: at most this many steps per round
 
 
 class _PatConn:
@@ -926,7 +927,7 @@ class _Executor:
             progress = False
             for rank, channel, _, prims in self.streams:
                 while prims and prims[0].pat is not None:
-                    batch = [p for p in prims[:_PAT_MAX_ROUND] if p.pat.round == prims[0].pat.round]
+                    batch = [p for p in prims[:PAT_MAX_ROUND] if p.pat.round == prims[0].pat.round]
                     if not all(self._pat_ready(rank, channel, p) for p in batch):
                         break
                     self._pat_round(rank, channel, batch)

@@ -32,7 +32,8 @@ import simpy
 from ..calls import Call
 from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..constants.tuning_tables import tuning_tables
-from ..plan import COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, Plan, Stream, plan_call, rank_programs
+from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan, Stream, collnet_scheduled,
+                    plan_call, rank_programs)
 from ..plan_p2p import p2p_programs
 from ..tuning import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
@@ -51,7 +52,6 @@ _GRAPH_OF = {"Ring": "ring", "Tree": "tree", "NVLS": "nvls", "NVLSTree": "nvls",
              "CollNetDirect": "collnet_direct", "CollNetChain": "collnet_chain", "P2P": "p2p"}
 _REDUCING_NVLS = ("nvlsReduceMulticast", "nvlsReduceSend")
 _LINE_NBYTES = {"LL": 16, "LL128": 128}  # a line: data and flag arrive together
-_PAT_MAX_ROUND = 16  # collectives.h NCCL_PAT_NWORKERS / WARP_SIZE: at most this many steps per round
 
 
 @dataclass(frozen=True)
@@ -188,14 +188,10 @@ def default_params(job) -> DesParams:
                       ll_max_bw_gbps(tables, job.comm.inputs))
 
 
-def _collnet_scheduled(plan: Plan, nodes: int) -> bool:
-    return plan.algorithm.startswith("CollNet") or (plan.algorithm == "NVLS" and nodes > 1)
-
-
 def coarse_plan(plan: Plan, max_chunks: int, nodes: int = 1) -> tuple[Plan, int]:
     """`plan` with its chunks grown by one whole factor so that no channel runs more than
     `max_chunks` of them, and that factor (1 when the plan is small enough)."""
-    stride = plan.n_channels if _collnet_scheduled(plan, nodes) else 1
+    stride = plan.n_channels if collnet_scheduled(plan.algorithm, nodes) else 1
     most = max((-(-part.count // (part.chunk_count * stride)) for part in plan.parts if part.chunk_count), default=0)
     factor = max(1, -(-most // max_chunks))
     if factor == 1:
@@ -436,7 +432,7 @@ class _Sim:
         prims, index = stream.prims, 0
         node, local = divmod(rank, self.per_node)
         while index < len(prims):
-            batch = [p for p in prims[index:index + _PAT_MAX_ROUND] if p.pat.round == prims[index].pat.round]
+            batch = [p for p in prims[index:index + PAT_MAX_ROUND] if p.pat.round == prims[index].pat.round]
             state[0], state[1] = index, batch[0]
             for prim in batch:
                 yield from self._pat_wait(rank, channel, prim, state)
