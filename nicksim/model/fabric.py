@@ -18,7 +18,7 @@ from typing import Mapping
 from ..cluster import Cluster, fabric_route
 from ..errors import UsageError
 
-__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "net_route", "format_fabric"]
+__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "cable_route", "net_route", "format_fabric"]
 
 
 @dataclass(frozen=True)
@@ -92,17 +92,24 @@ def node_route(fabric: Fabric, node: int, src: int, dst: int) -> tuple[int, ...]
     return tuple(base + fabric.local[hop] for hop in path.links)
 
 
-def net_route(fabric: Fabric, src: tuple[int, int, int], dst: tuple[int, int, int]) -> tuple[int, ...]:
-    """From GPU (node, local rank) through its NIC `port` to the peer GPU behind NIC `port`:
-    `src` and `dst` are (node, local rank, port), a port being the NET's position in the node's NETs."""
-    system = fabric.cluster.paths.system
-    nets = system.nets()
-    (n1, r1, p1), (n2, r2, p2) = src, dst
-    route = fabric_route(fabric.cluster, (n1, p1), (n2, p2))
+def cable_route(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int]) -> tuple[int, ...]:
+    """The cables from NIC port (node, port) to NIC port (node, port), a port being the NET's
+    position in the node's NETs."""
+    (n1, p1), (n2, p2) = src, dst
+    route = fabric_route(fabric.cluster, src, dst)
     if route is None:
         raise UsageError(f"NIC port {p1} of node {n1} does not reach NIC port {p2} of node {n2}", "model",
                          "ports both nodes have, on a connected network")
-    cables = tuple(fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+    return tuple(fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+
+
+def net_route(fabric: Fabric, src: tuple[int, int, int], dst: tuple[int, int, int]) -> tuple[int, ...]:
+    """From GPU (node, local rank) through its NIC `port` to the peer GPU behind NIC `port`:
+    `src` and `dst` are (node, local rank, port)."""
+    system = fabric.cluster.paths.system
+    nets = system.nets()
+    (n1, r1, p1), (n2, r2, p2) = src, dst
+    cables = cable_route(fabric, (n1, p1), (n2, p2))  # first: it says which port does not exist
     return (node_route(fabric, n1, system.gpu_by_rank(r1), nets[p1]) + cables
             + node_route(fabric, n2, nets[p2], system.gpu_by_rank(r2)))
 

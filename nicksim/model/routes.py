@@ -18,11 +18,10 @@ computed once per connection and kept.
 """
 from __future__ import annotations
 
-from ..cluster import fabric_route
 from ..errors import UsageError
 from ..paths import p2p_net
 from ..transports import channel_net
-from .fabric import Fabric, node_route
+from .fabric import Fabric, cable_route, node_route
 
 __all__ = ["Router", "HW_NVLINK", "HW_PCI", "HW_NET"]
 
@@ -111,10 +110,7 @@ class Router:
         gpu = self._gpu(src)
         hops = [(gpu, send_net)] if proxy == l1 else [(gpu, s.gpu_by_rank(proxy)), (s.gpu_by_rank(proxy), send_net)]
         out = tuple(link for a, b in hops for link in node_route(self.fabric, n1, a, b))
-        route = fabric_route(self.fabric.cluster, (n1, self._port(send_net)), (n2, self._port(recv_net)))
-        if route is None:
-            raise UsageError(f"node {n1} does not reach node {n2}", "model", "a connected network")
-        out += tuple(self.fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+        out += cable_route(self.fabric, (n1, self._port(send_net)), (n2, self._port(recv_net)))
         return out + node_route(self.fabric, n2, recv_net, self._gpu(dst))
 
     def _nvls_net(self, channel: int, rank: int) -> int | None:
@@ -145,20 +141,17 @@ class Router:
         return tuple(link for a, b in hops for link in node_route(self.fabric, node, a, b))
 
     def _cpu_near(self, gpu: int) -> int:
-        cpus = self.system.of_kind("CPU")
-        return min(cpus, key=lambda c: (self.paths.path(gpu, c).hops if self.paths.path(gpu, c) else 99))
+        def hops(cpu: int) -> int:
+            path = self.paths.path(gpu, cpu)
+            return path.hops if path else 99
+        return min(self.system.of_kind("CPU"), key=hops)
 
     def _port(self, net: int) -> int:
         return self.system.nets().index(net)
 
     def _cables(self, channel: int, src: int, dst: int) -> tuple[int, ...]:
         n1, n2 = src // self.per_node, dst // self.per_node
-        p1, p2 = self._port(self._net(channel, src)), self._port(self._net(channel, dst))
-        route = fabric_route(self.fabric.cluster, (n1, p1), (n2, p2))
-        if route is None:
-            raise UsageError(f"NIC port {p1} of node {n1} does not reach NIC port {p2} of node {n2}", "model",
-                             "ports both nodes have, on a connected network")
-        return tuple(self.fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+        return cable_route(self.fabric, (n1, self._port(self._net(channel, src))), (n2, self._port(self._net(channel, dst))))
 
     def nvls_up(self, node: int, local: int) -> tuple[int, ...]:
         return self._nvs(node, local, up=True)
