@@ -97,7 +97,6 @@ def read_grid(text: str, where: str) -> list[dict]:
         if not items or any(isinstance(v, (dict, list)) for v in items):
             raise UsageError(f"'{key}' = {raw!r}", f"{where}: [sweep.env]", "a value or a list of values")
         axes.append((f"env.{key}", [str(v) for v in items]))
-    sizes = [key for key, _ in axes if key == "sizes"]
     for key, values in axes:
         if key == "engine" and any(v not in ENGINES for v in values):
             raise UsageError(f"engine {values}", f"{where}: engine", ", ".join(ENGINES))
@@ -107,13 +106,11 @@ def read_grid(text: str, where: str) -> list[dict]:
                     collective_name(v)
                 except NickSimError as exc:
                     raise UsageError(exc.what, f"{where}: collective", exc.valid) from None
-        if key == "sizes":
-            for v in values:
-                parse_size(v, f"{where}: sizes")
-    points = []
+    # Sizes are not an axis of points: every point runs all of them, as one nccl-tests sweep.
+    size_texts = dict(axes).get("sizes", [GRID_KEYS["sizes"][1]])
+    sizes = [parse_size(v, f"{where}: sizes") for v in size_texts]
     plain = [(k, v) for k, v in axes if k != "sizes"]
-    size_values = next((v for k, v in axes if k == "sizes"), [GRID_KEYS["sizes"][1]]) if sizes else \
-        [GRID_KEYS["sizes"][1]]
+    points = []
     for combo in itertools.product(*(values for _, values in plain)):
         point = {key: default for key, (_, default) in GRID_KEYS.items()}
         point["env"] = {}
@@ -122,7 +119,7 @@ def read_grid(text: str, where: str) -> list[dict]:
                 point["env"][key[4:]] = value
             else:
                 point[key] = value
-        point["sizes"] = [parse_size(v, f"{where}: sizes") for v in size_values]
+        point["sizes"] = sizes
         point["point"] = len(points)
         points.append(point)
     return points
