@@ -64,3 +64,24 @@ def test_a_single_link_never_idles_while_bytes_wait(items, capacity):
     for at, nbytes in events:  # the link is busy from the first start on, idling only while nothing waits
         clock = max(clock, at) + nbytes / (capacity * 1e3)
     assert max(arrived) == pytest.approx(clock, rel=1e-6)
+
+
+def test_a_transfer_taking_its_predecessors_place_keeps_the_division():
+    # Two senders on one 10 GB/s link, each sending 4 slices back to back: whenever one slice
+    # leaves and the next starts at that instant on the same route, the rates cannot change, so
+    # the links are divided when both start and when both are done, not at every slice — and the
+    # answer is the shared one: 8 MB through 10 GB/s is 800 us.
+    env = simpy.Environment()
+    net = FluidNetwork(env, [10.0, 100.0, 100.0])
+    ends = {}
+
+    def sender(name, route, nbytes):
+        for _ in range(4):
+            yield net.transfer2(route, nbytes, 0.0, nbytes)[2]
+        ends[name] = env.now
+
+    env.process(sender("a", [0, 1], 1e6))
+    env.process(sender("b", [0, 2], 1e6))
+    env.run()
+    assert ends == {"a": pytest.approx(800.0), "b": pytest.approx(800.0)}
+    assert net.n_divisions == 2

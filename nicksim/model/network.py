@@ -31,11 +31,12 @@ _EPS_US = 1e-9       # transfers this close to arriving arrive together
 
 
 class _Transfer:
-    __slots__ = ("route", "use", "links", "counts", "left", "rate", "done", "head", "head_left", "sent", "lat", "tag")
+    __slots__ = ("route", "use", "links", "counts", "shape", "left", "rate", "done", "head", "head_left", "sent",
+                 "lat", "tag")
 
     def __init__(self, shape: tuple, nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
                  head: simpy.Event | None = None, head_nbytes: float = 0.0):
-        self.route, self.use, self.links, self.counts = shape
+        self.route, self.use, self.links, self.counts, self.shape = shape
         self.left, self.rate, self.done = float(nbytes), 0.0, done
         self.sent, self.lat = sent, lat
         self.tag = None
@@ -65,7 +66,16 @@ class FluidNetwork:
         # With `record`, (time, link, GB/s) whenever a link's carried rate changes.
         self.series: list[tuple[float, int, float]] | None = [] if record else None
         self._load = np.zeros(len(self.capacity))
-        self._shapes: dict[tuple, tuple] = {}  # (route, weight) -> (route, use, links, counts, latency)
+        self._shapes: dict[tuple, tuple] = {}  # (route, weight) -> (route, use, links, counts, id, latency)
+        # Since the last division: the shapes of the transfers that arrived (id -> count) and the
+        # rate each had, and whether a capacity changed. Max-min rates depend only on the multiset
+        # of shapes moving and the capacities, so when the transfers started since are exactly
+        # those shapes again (a connection's next slice taking its predecessor's place), or nothing
+        # changed at all (only a first step arrived), the division would give the same rates.
+        self._gone: Counter = Counter()
+        self._gone_rate: dict[int, float] = {}
+        self._dirty = False
+        self.n_divisions = 0
         self.n_transfers = 0
 
     def transfer(self, route: Sequence[int], nbytes: float, lat_us: float = 0.0) -> simpy.Event:
@@ -83,8 +93,8 @@ class FluidNetwork:
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         shape = self._shape(tuple(route), weight)
-        path_lat = shape[4] if route_lat_us is None else route_lat_us
-        item = _Transfer(shape[:4], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
+        path_lat = shape[5] if route_lat_us is None else route_lat_us
+        item = _Transfer(shape[:5], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
         item.tag = tag
         self._start(item)
@@ -98,13 +108,15 @@ class FluidNetwork:
             use = Counter(route)
             links = np.fromiter(use.keys(), dtype=np.int64, count=len(use))
             counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
-            shape = self._shapes[key] = (route, use, links, counts, sum(self.latency[link] for link in route))
+            shape = self._shapes[key] = (route, use, links, counts, len(self._shapes),
+                                         sum(self.latency[link] for link in route))
         return shape
 
     def set_capacity(self, link: int, bw_gbps: float) -> None:
         """Change a link's capacity from now on (a fault, a degraded port)."""
         self._advance()
         self.capacity[link] = bw_gbps
+        self._dirty = True
         self._later()
 
     def stalled(self) -> list[tuple[object, int]]:
@@ -147,13 +159,34 @@ class FluidNetwork:
         bytes, rates and first-step marks live in arrays aligned with `moving`."""
         self._pending = False
         self._advance()
-        if self._new:
-            new = self._new
+        new = self._new
+        same = not self._dirty and Counter(item.shape for item in new) == self._gone
+        if new:
             self.moving = self.moving + new
             self._left = np.concatenate([self._left, [item.left for item in new]])
             self._head = np.concatenate([self._head, [item.head_left if item.head is not None else -np.inf
                                                       for item in new]])
             self._new = []
+        if same:
+            if new:
+                self._rate = np.concatenate([self._rate, [self._gone_rate[item.shape] for item in new]])
+        else:
+            self._divide()
+        self._gone.clear()
+        self._gone_rate.clear()
+        self._dirty = False
+        self._wake += 1
+        moving_on = self._rate > 0
+        if moving_on.any():
+            speed = self._rate[moving_on] * _BYTES_PER_US
+            target = np.maximum(self._head[moving_on], 0.0)  # the first step, where one is awaited
+            wait = float(np.min((self._left[moving_on] - target) / speed))
+            wake = self._wake
+            self.env.timeout(max(0.0, wait)).callbacks.append(lambda _: self._arrive(wake))
+
+    def _divide(self) -> None:
+        """Max-min fair rates for every moving transfer (flows.py), and the links they keep busy."""
+        self.n_divisions += 1
         moving = self.moving
         if moving:
             sizes = np.array([item.links.size for item in moving], dtype=np.int64)
@@ -169,14 +202,6 @@ class FluidNetwork:
             self._busy = np.zeros(0, dtype=np.int64)
         if self.series is not None:
             self._record()
-        self._wake += 1
-        moving_on = self._rate > 0
-        if moving_on.any():
-            speed = self._rate[moving_on] * _BYTES_PER_US
-            target = np.maximum(self._head[moving_on], 0.0)  # the first step, where one is awaited
-            wait = float(np.min((self._left[moving_on] - target) / speed))
-            wake = self._wake
-            self.env.timeout(max(0.0, wait)).callbacks.append(lambda _: self._arrive(wake))
 
     def _record(self) -> None:
         load = np.zeros(len(self.capacity))
@@ -199,7 +224,11 @@ class FluidNetwork:
         arrived = self._left <= slack
         if arrived.any():
             keep = ~arrived
-            done = [self.moving[i] for i in np.flatnonzero(arrived).tolist()]
+            gone = np.flatnonzero(arrived).tolist()
+            done = [self.moving[i] for i in gone]
+            for i, item in zip(gone, done):
+                self._gone[item.shape] += 1
+                self._gone_rate[item.shape] = float(self._rate[i])
             self.moving = [item for item, k in zip(self.moving, keep.tolist()) if k]
             self._left, self._head, self._rate = self._left[keep], self._head[keep], self._rate[keep]
             for item in done:
