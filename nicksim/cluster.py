@@ -142,7 +142,11 @@ class Route:
 def fabric_route(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) -> Route | None:
     """Shortest route from NIC port (node, port) to (node, port); None if they are not connected.
 
-    A port is the NET's position in the node's System.nets(), which is also its rail."""
+    A port is the NET's position in the node's System.nets(), which is also its rail. Between
+    leaves the route climbs to the spine a fat tree's destination-based routing gives it (D-mod-K,
+    as InfiniBand's ftree routing programs the switches): the destination's position among its
+    leaf's ports modulo the spines, so that the ports under one leaf come down distinct spines and
+    traffic to different destinations does not pile onto one uplink."""
     g = cluster.graph
     a, b = _nic_key(*src), _nic_key(*dst)
     if a not in g or b not in g:
@@ -153,10 +157,31 @@ def fabric_route(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) -
         return None
     if len(hops) == 1:
         return Route(tuple(hops), g.nodes[a]["bw_gbps"], 0.0)
+    hops = _spread_over_spines(cluster, hops, dst)
     bw = min(g.edges[u, v]["bw_gbps"] for u, v in zip(hops, hops[1:]))
     lat = sum(g.edges[u, v]["lat_us"] for u, v in zip(hops, hops[1:]))
     lat += sum(g.nodes[n].get("lat_us", 0.0) for n in hops if n[0] != "nic")
     return Route(tuple(hops), bw, lat)
+
+
+def _spread_over_spines(cluster: Cluster, hops: list, dst: tuple[int, int]) -> list:
+    """`hops` with its spine replaced by the destination's (D-mod-K, fabric_route)."""
+    if cluster.spines < 2:
+        return hops
+    at = [i for i, hop in enumerate(hops) if hop[0] == "spine"]
+    if len(at) != 1:
+        return hops
+    spec = cluster.spec
+    node, port = dst
+    if spec.rail_optimized:
+        position = node % spec.hosts_per_leaf
+    else:
+        position = (node * len(cluster.node.nets()) + port) % (spec.hosts_per_leaf * len(cluster.node.nets()))
+    spine = ("spine", position % cluster.spines)
+    i = at[0]
+    if not (cluster.graph.has_edge(hops[i - 1], spine) and cluster.graph.has_edge(spine, hops[i + 1])):
+        return hops
+    return hops[:i] + [spine] + hops[i + 1:]
 
 
 def format_cluster(cluster: Cluster) -> list[str]:

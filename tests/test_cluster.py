@@ -63,3 +63,15 @@ def test_nvl72_ports_are_distinct_although_net_devs_repeat_per_tray():
     nics = [n for n, data in c.graph.nodes(data=True) if data["kind"] == "nic"]
     assert len(nics) == 2 * 72 and c.leaves == 72
     assert fabric_route(c, (0, 71), (1, 71)).switches == 1
+
+
+def test_routes_between_leaves_take_the_destinations_spine():
+    # D-mod-K (InfiniBand ftree routing): the spine is the destination's position under its leaf
+    # modulo the spines, so the two nodes under leaf 1 of rail 0 come down different spines, and
+    # every source reaches one destination through the same spine.
+    c = cluster(4, hosts_per_leaf=2)
+    assert c.spines == 2
+    spine = lambda src, dst: next(h for h in fabric_route(c, src, dst).nodes if h[0] == "spine")  # noqa: E731
+    assert spine((0, 0), (2, 0)) != spine((0, 0), (3, 0))
+    assert spine((0, 0), (2, 0)) == spine((1, 0), (2, 0)) == spine((1, 5), (2, 0))
+    assert {spine((0, 0), (d, 0)) for d in (2, 3)} == {("spine", 0), ("spine", 1)}
