@@ -177,6 +177,7 @@ class DesRun:
     n_transfers: int = 0     # slices moved (the event count grows with it)
     n_streams: int = 0       # streams simulated (after merging channels in lockstep)
     n_node_classes: int = 0  # nodes simulated (after collapsing nodes that behave alike)
+    exact: bool = True       # False where each channel's nodes were collapsed on their own (symmetry.py)
 
 
 def default_params(job) -> DesParams:
@@ -368,11 +369,11 @@ class _Sim:
             state[0], state[1] = index, prim
             peers_out = [dst for dst in prim.send_to if dst >= 0]
             route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
-            posts = self._proxies(rank) if any(self.router.peer(channel, rank, d)[1] == HW_NET
+            posts = self._proxies(rank, channel) if any(self.router.peer(channel, rank, d)[1] == HW_NET
                                                for d in peers_out) else ()
             # Connections run between the ranks simulated: a peer's stand-in, once per primitive.
-            peers_in = self._stand_ins(prim.recv_from)
-            peers_out = self._stand_ins(prim.send_to)
+            peers_in = self._stand_ins(prim.recv_from, channel)
+            peers_out = self._stand_ins(prim.send_to, channel)
             nbytes = prim.nelem * elem / self.slices
             wire = wire_nbytes(protocol, nbytes)
             if prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":
@@ -443,7 +444,7 @@ class _Sim:
                 wire = wire_nbytes(protocol, prim.nelem * self.elem_nbytes)
                 lat = self.params.step_lat_us(hw, self.plan.algorithm, protocol) if hw else 0.0
                 if hw == HW_NET:
-                    yield from self._post(self._proxies(rank), channel)
+                    yield from self._post(self._proxies(rank, channel), channel)
                 dones.append(self.net.transfer2(route, wire, lat, wire, (rank, tuple(peers_out), channel),
                                                 self.weight[channel], route_lat)[1])
             state[3] = "its round's transfers"
@@ -484,16 +485,16 @@ class _Sim:
                 state[3] = f"a step freed by rank {dst} (PAT)"
                 yield self._wait(("pat", channel, rank, dst))
 
-    def _proxies(self, rank: int) -> tuple[int, ...]:
+    def _proxies(self, rank: int, channel: int) -> tuple[int, ...]:
         """The proxy links a network step of `rank` occupies: its own, or every member's."""
-        members = (rank,) if self.collapse is None else self.collapse.members(rank)
+        members = (rank,) if self.collapse is None else self.collapse.members(rank, channel)
         return tuple(self.router.proxy(m) for m in members)
 
-    def _stand_ins(self, peers) -> list[int]:
+    def _stand_ins(self, peers, channel: int) -> list[int]:
         ranks = [p for p in peers if p >= 0]
         if self.collapse is None:
             return ranks
-        return list(dict.fromkeys(self.collapse.rep_rank(p) for p in ranks))
+        return list(dict.fromkeys(self.collapse.rep_rank(p, channel) for p in ranks))
 
     def _switch_inputs(self, prim, channel: int, key: tuple, state: list):
         """Wait for what the switches must hold before `prim` runs; returns the completion events
@@ -535,7 +536,7 @@ class _Sim:
             self._notify(("nvls_out", key))
         if COLLNET_SWITCH in prim.send_to:
             ckey = (channel, prim.offset, prim.nelem, key[-1])
-            nodes = 1 if self.collapse is None else self.collapse.weight(node)  # the nodes this one stands for
+            nodes = 1 if self.collapse is None else self.collapse.weight(node, channel)  # the nodes this one stands for
             self.collnet_in.setdefault(ckey, []).append((head, done, nodes))
             self._notify(("collnet", ckey))
 
@@ -552,7 +553,7 @@ class _Sim:
         if cached is None:
             own, hw = self._member_route(prim, rank, channel, node, local, peers_out)
             links: list[int] = []
-            for member in collapse.members(rank):
+            for member in collapse.members(rank, channel):
                 peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
                 links += self._member_route(prim, member, channel, member // self.per_node, local, peers)[0]
             # The members' routes run side by side: the latency is one route's, not their sum.
@@ -683,11 +684,12 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
         return cables, colours
 
     n_channels = max((p.channel for p in plan.parts), default=0) + 1
-    key = ("node_classes", plan.algorithm, n_channels)
+    key = ("node_classes", plan.algorithm, n_channels, sim.params.exact_nodes)
     if key not in sim.setup.derived:
-        sim.setup.derived[key] = node_classes(job, plan.algorithm, n_channels, route_cables,
-                                              {n: tuple(sorted(v)) for n, v in faulty.items()},
-                                              dict(sim.setup.stragglers))
+        faults = {n: tuple(sorted(v)) for n, v in faulty.items()}
+        late = dict(sim.setup.stragglers)
+        sim.setup.derived[key] = node_classes(job, plan.algorithm, n_channels, route_cables, faults, late,
+                                              sim.params.exact_nodes)
     collapse = sim.setup.derived[key]
     return None if collapse.n_classes == job.nodes else collapse
 
@@ -709,8 +711,11 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
     sim = _Sim(setup, run_plan, factor, n_channels)
     if call.collective not in ("alltoall", "sendrecv"):
         sim.collapse = _collapse(sim, run_plan) if collapse else None
-        ranks = [r for r in range(job.nranks) if sim.collapse is None or sim.collapse.is_rep(r)]
+        ranks = None if sim.collapse is None else sim.collapse.rep_ranks(job.nranks)
         programs = _programs(job, run_plan, ranks)
+        if sim.collapse is not None:  # each channel run by its representatives only
+            programs = {r: tuple(p for p in progs if sim.collapse.is_rep(r, p.channel))
+                        for r, progs in programs.items()}
     sim.run(programs, merge)
     nbytes, busy, bw = sim.link_stats()
     hang = sim.hang()
@@ -718,4 +723,5 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
     series = tuple((t, names[link], gbps) for t, link, gbps in (sim.net.series or ()) if link < len(names))
     return DesRun(plan, sim.end_us if hang is None else sim.env.now, nbytes, busy, bw, hang, factor,
                   dict(sorted(sim.channel_end.items())), tuple(sim.spans or ()), series, sim.net.n_transfers,
-                  sim.n_streams, sim.collapse.n_classes if sim.collapse else job.nodes)
+                  sim.n_streams, sim.collapse.n_classes if sim.collapse else job.nodes,
+                  sim.collapse is None or sim.collapse.exact)

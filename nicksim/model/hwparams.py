@@ -58,6 +58,9 @@ class DesParams:
     step_lat_scale: float = 1.0
     launch_scale: float = 1.0
     max_chunks: int = 64
+    # Beyond this many node classes the exact split costs minutes; each channel is then split on
+    # its own (symmetry.py), which is close but not exact.
+    exact_nodes: int = 32
     net_overhead_us: float = 1.0
     ll_max_bw_gbps: float = float("inf")
 
@@ -86,6 +89,7 @@ PARAM_NAMES = {
     "step_lat.scale": "step_lat_scale",
     "launch.scale": "launch_scale",
     "des.max_chunks": "max_chunks",
+    "des.exact_nodes": "exact_nodes",
     "proxy.overhead_us": "net_overhead_us",
     "ll.max_bw_gbps": "ll_max_bw_gbps",
 }
@@ -102,5 +106,5 @@ def with_overrides(params: DesParams, values: dict[str, float]) -> DesParams:
             raise UsageError(f"{name}={value:g}", "--set", "a value above 0")
         if value < 0:
             raise UsageError(f"{name}={value:g}", "--set", "a value of 0 or more")
-        changes[field] = int(value) if field == "max_chunks" else float(value)
+        changes[field] = int(value) if field in ("max_chunks", "exact_nodes") else float(value)
     return replace(params, **changes)

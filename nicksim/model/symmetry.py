@@ -1,24 +1,32 @@
 """Nodes that behave alike, so the DES can simulate one of them for all.
 
-`node_classes(job, plan, fault_links, late)` promises a Collapse: the job's nodes split into
-classes such that the nodes of one class run the same primitive programs towards peers of the same
-classes (per channel and role: ring next/prev, tree parent/children), over network routes whose
+`node_classes(job, algorithm, n_channels, route_cables, fault_nodes, late, exact_nodes)` promises a Collapse: the
+job's nodes split into classes such that the nodes of one class run the same primitive programs
+towards peers of the same classes (per channel and role: ring next/prev, tree parent/children, a
+node's children taken as a set, since NCCL waits for all of them alike), over network routes whose
 links are themselves alike, with the same stragglers and no fault on their own links — the
 coarsest such split (colour refinement: a node's colour is refined by its peers' colours and the
 colours of the cables on its routes, a cable's by the colours of the nodes whose routes cross it,
 until nothing splits further). A node with a fault or a straggler ends up in a class of its own,
 and so, through refinement, do the nodes that talk to it differently.
 
-`Collapse.rep_rank(r)` is the rank that stands for `r` (same local rank, its class's first node);
-`Collapse.members(r)` the ranks a representative stands for; `peer_of(r, channel, p, member)` the
-peer that plays, for `member`, the role `p` plays for `r`. Algorithms whose peers are not given
-by ring/tree/NVLS-tree structure (point-to-point, PAT) are not collapsed (every node its own class),
-nor are all_gather and reduce_scatter through the NVLS or CollNet switch, where each node's heads
-own different pieces.
+Where that exact split leaves more than `exact_nodes` classes, each channel is split on its own
+relations instead: a node may stand with one set of nodes on one channel and another set on the
+next. NCCL's double binary tree is the case for it: on its own each tree leaves a few classes per
+depth, while the two together set every node apart. That split is not exact — a node's channels
+share its NVSwitch ports, NIC and proxy thread, and their flows keep the loads on those links but
+no longer the phases of the node's own other channels — and `Collapse.exact` says which was used.
+
+`Collapse.rep_rank(r, c)` is the rank that stands for `r` on channel `c` (same local rank, its
+class's first node); `Collapse.members(r, c)` the ranks a representative stands for;
+`peer_of(r, c, p, member)` the peer that plays, for `member`, the role `p` plays for `r`.
+Algorithms whose peers are not given by ring/tree/NVLS-tree structure (point-to-point, PAT) are
+not collapsed (every node its own class), nor are all_gather and reduce_scatter through the NVLS or
+CollNet switch, where each node's heads own different pieces.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..plan import nvls_tree_links
 
@@ -62,30 +70,42 @@ class _Roles:
 
 @dataclass(frozen=True)
 class Collapse:
-    """Node classes (see the module docstring): `rep_node[n]` stands for node n."""
+    """Node classes (see the module docstring): `rep_node[c][n]` stands for node n on channel c
+    (one row for every channel when the split is joint, `exact`); `order[(r, c)]` lists rank r's
+    peers on other nodes on channel c in an order that pairs them with any class-mate's."""
 
     per_node: int
-    rep_node: tuple[int, ...]
-    roles: object
+    rep_node: tuple[tuple[int, ...], ...]
+    order: dict = field(compare=False, repr=False)
+    exact: bool = True
+
+    def _reps(self, channel: int) -> tuple[int, ...]:
+        return self.rep_node[channel % len(self.rep_node)]
 
     @property
     def n_classes(self) -> int:
-        return len(set(self.rep_node))
+        """The most nodes simulated on any one channel."""
+        return max(len(set(reps)) for reps in self.rep_node)
 
-    def is_rep(self, rank: int) -> bool:
+    def is_rep(self, rank: int, channel: int) -> bool:
         node = rank // self.per_node
-        return self.rep_node[node] == node
+        return self._reps(channel)[node] == node
 
-    def rep_rank(self, rank: int) -> int:
+    def rep_rank(self, rank: int, channel: int) -> int:
         node, local = divmod(rank, self.per_node)
-        return self.rep_node[node] * self.per_node + local
+        return self._reps(channel)[node] * self.per_node + local
 
-    def members(self, rank: int) -> tuple[int, ...]:
+    def members(self, rank: int, channel: int) -> tuple[int, ...]:
         node, local = divmod(rank, self.per_node)
-        return tuple(n * self.per_node + local for n, rep in enumerate(self.rep_node) if rep == node)
+        return tuple(n * self.per_node + local for n, rep in enumerate(self._reps(channel)) if rep == node)
 
-    def weight(self, node: int) -> int:
-        return sum(1 for rep in self.rep_node if rep == node)
+    def rep_ranks(self, nranks: int) -> list[int]:
+        """The ranks that stand for others (or themselves) on at least one channel."""
+        reps = {n for row in self.rep_node for n in row}
+        return [r for r in range(nranks) if r // self.per_node in reps]
+
+    def weight(self, node: int, channel: int) -> int:
+        return sum(1 for rep in self._reps(channel) if rep == node)
 
     def peer_of(self, rank: int, channel: int, peer: int, member: int) -> int:
         """The peer that plays for `member` the role `peer` plays for `rank` on `channel`."""
@@ -93,32 +113,21 @@ class Collapse:
             return peer
         if peer // self.per_node == rank // self.per_node:  # inside the node: the same local rank
             return (member // self.per_node) * self.per_node + peer % self.per_node
-        mine = self.roles.of(rank, channel)
-        role = next(name for name, p in mine.items() if p == peer)
-        return self.roles.of(member, channel)[role]
+        return self.order[(member, channel)][self.order[(rank, channel)].index(peer)]
 
 
-def _hash(value) -> int:
-    return hash(value)
+def _role_kind(role: str) -> str:
+    """A role without its index: a node's children are alike to it whatever their order."""
+    return role.rstrip("0123456789")
 
 
-def node_classes(job, algorithm: str, n_channels: int, route_cables, fault_nodes: dict[int, tuple],
-                 late: dict[int, float]) -> Collapse:
-    """The coarsest split of the nodes into classes that behave alike (module docstring).
-
-    `route_cables(channel, src, dst)` gives the cable link ids (and their initial colours) of the
-    route between two ranks on different nodes; `fault_nodes` marks nodes whose own links carry a
-    fault; `late` maps ranks to their straggler delay."""
-    per_node = len(job.paths.node_system.gpus())
-    nodes = job.nodes
-    roles = _Roles(job, algorithm, n_channels)
-    if algorithm not in COLLAPSIBLE or nodes < 2:
-        return Collapse(per_node, tuple(range(nodes)), roles)
-    # Every inter-node relation: (node, channel, local, role, peer rank, cable ids).
+def _relations(job, roles: _Roles, per_node: int, channels, route_cables) -> tuple[list, dict]:
+    """Every inter-node relation on `channels`: (node, channel, local, role kind, peer rank, cable
+    ids), and the initial colour of every cable they cross."""
     relations = []
     link_colour: dict[int, int] = {}
-    for node in range(nodes):
-        for channel in range(n_channels):
+    for node in range(job.nodes):
+        for channel in channels:
             for local in range(per_node):
                 rank = node * per_node + local
                 for role, peer in sorted(roles.of(rank, channel).items()):
@@ -127,9 +136,13 @@ def node_classes(job, algorithm: str, n_channels: int, route_cables, fault_nodes
                     cables, colours = route_cables(channel, rank, peer)
                     for link, colour in zip(cables, colours):
                         link_colour.setdefault(link, colour)
-                    relations.append((node, channel, local, role, peer, cables))
-    colour = [_hash((fault_nodes.get(n, ()), tuple(late.get(n * per_node + l, 0.0) for l in range(per_node))))
-              for n in range(nodes)]
+                    relations.append((node, channel, local, _role_kind(role), peer, cables))
+    return relations, link_colour
+
+
+def _refine(relations: list, colour: list[int], link_colour: dict[int, int], per_node: int
+            ) -> tuple[list[int], dict[int, int]]:
+    """Colour refinement of nodes and cables over `relations` until no class splits further."""
     count = (len(set(colour)), len(set(link_colour.values())))
     while True:
         signature: list[list] = [[c] for c in colour]
@@ -139,13 +152,60 @@ def node_classes(job, algorithm: str, n_channels: int, route_cables, fault_nodes
                                     tuple(link_colour[x] for x in cables)))
             for i, link in enumerate(cables):
                 crossing.setdefault(link, []).append((colour[node], channel, local, role, i))
-        new_colour = [_hash(tuple(sorted(sig[1:], key=repr)) + (sig[0],)) for sig in signature]
-        link_colour = {link: _hash((c, tuple(sorted(crossing.get(link, ()))))) for link, c in link_colour.items()}
+        new_colour = [hash(tuple(sorted(sig[1:], key=repr)) + (sig[0],)) for sig in signature]
+        link_colour = {link: hash((c, tuple(sorted(crossing.get(link, ()))))) for link, c in link_colour.items()}
         new_count = (len(set(new_colour)), len(set(link_colour.values())))
         colour = new_colour
         if new_count == count:
-            break
+            return colour, link_colour
         count = new_count
-    first: dict[int, int] = {}
-    rep_node = tuple(first.setdefault(c, n) for n, c in enumerate(colour))
-    return Collapse(per_node, rep_node, roles)
+
+
+def _order(relations: list, colour: list[int], link_colour: dict[int, int], per_node: int, order: dict) -> None:
+    """Each rank's inter-node peers per channel, sorted by what a class-mate's matching peer shares
+    with it (role, the peer's class and local rank, the cables' classes)."""
+    keyed: dict[tuple, list] = {}
+    for node, channel, local, role, peer, cables in relations:
+        key = (role, colour[peer // per_node], peer % per_node, tuple(link_colour[x] for x in cables))
+        keyed.setdefault((node * per_node + local, channel), []).append((key, peer))
+    for where, peers in keyed.items():
+        order[where] = tuple(peer for _, peer in sorted(peers))
+
+
+def node_classes(job, algorithm: str, n_channels: int, route_cables, fault_nodes: dict[int, tuple],
+                 late: dict[int, float], exact_nodes: int | None = None) -> Collapse:
+    """The coarsest split of the nodes into classes that behave alike (module docstring), over all
+    channels at once — or, where that leaves more than `exact_nodes` classes and splitting each
+    channel on its own leaves fewer, one split per channel.
+
+    `route_cables(channel, src, dst)` gives the cable link ids (and their initial colours) of the
+    route between two ranks on different nodes; `fault_nodes` marks nodes whose own links carry a
+    fault; `late` maps ranks to their straggler delay."""
+    per_node = len(job.paths.node_system.gpus())
+    nodes = job.nodes
+    roles = _Roles(job, algorithm, n_channels)
+    if algorithm not in COLLAPSIBLE or nodes < 2:
+        return Collapse(per_node, (tuple(range(nodes)),), {})
+    start = [hash((fault_nodes.get(n, ()), tuple(late.get(n * per_node + l, 0.0) for l in range(per_node))))
+             for n in range(nodes)]
+    relations, link_colour = _relations(job, roles, per_node, range(n_channels), route_cables)
+    joint = _split([relations], start, link_colour, per_node, exact=True)
+    if exact_nodes is None or joint.n_classes <= exact_nodes:
+        return joint
+    apart = _split([[rel for rel in relations if rel[1] == c] for c in range(n_channels)], start, link_colour,
+                   per_node, exact=False)
+    return apart if apart.n_classes < joint.n_classes else joint
+
+
+def _split(parts: list[list], start: list[int], link_colour: dict[int, int], per_node: int,
+           exact: bool) -> Collapse:
+    """One refinement per part of the relations (all of them, or one channel's each)."""
+    order: dict = {}
+    rows = []
+    for part in parts:
+        colours = {link: link_colour[link] for rel in part for link in rel[5]}
+        colour, colours = _refine(part, start, colours, per_node)
+        _order(part, colour, colours, per_node, order)
+        first: dict[int, int] = {}
+        rows.append(tuple(first.setdefault(c, n) for n, c in enumerate(colour)))
+    return Collapse(per_node, tuple(rows), order, exact=exact)
