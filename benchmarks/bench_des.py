@@ -7,10 +7,11 @@ Three parts, each against a peer measured in the same run:
   — with wall seconds, slices moved (transfers), streams simulated, and the ratio of seconds to the
   first row of the same series;
 - `scale`: one 1 GiB all_reduce on 8 x N GPUs, each in its own process (its wall seconds and peak
-  resident memory), against the model engine's answer for the same job: with SHARP (NCCL's choice
-  is NVLS across nodes; every node behaves alike and is simulated once) up to 1024 GPUs — the bars
-  are 60 s and 4 GB — and without (NVLS Tree: the double binary tree sets every node apart, so
-  the cost grows with the nodes).
+  resident memory), against the model engine's answer for the same job, up to 1024 GPUs — the bars
+  are 60 s and 4 GB: with SHARP (NCCL's choice is NVLS across nodes; every node behaves alike and
+  is simulated once) and without (NVLS Tree: the two trees together set every node apart, so up to
+  32 nodes every node is simulated, and beyond that each channel's nodes are split on their own —
+  `split` says which).
 `--plot FILE` draws the growth series (seconds and transfers) to a PNG. Run:
 
     python benchmarks/bench_des.py [--plot docs/des-cost.png] [--repeat 1] [--scale 16 128]
@@ -102,21 +103,21 @@ def one_large(nodes: int, sharp: bool) -> dict:
     done = time.perf_counter()
     return {"gpus": job.nranks, "sharp": sharp, "algorithm": run.plan.algorithm, "des_us": run.time_us,
             "model_us": model_us, "load_s": loaded - start, "des_s": done - loaded, "classes": run.n_node_classes,
+            "split": "exact" if run.exact else "per-channel",
             "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def scale(node_counts: list[int]) -> None:
     print("# scale: one 1 GiB all_reduce, each in its own process")
-    print(f"# {'GPUs':>5} {'SHARP':>5} {'algorithm':>9} {'des s':>7} {'MiB':>6} {'classes':>7}  des vs model time")
+    print(f"# {'GPUs':>5} {'SHARP':>5} {'algorithm':>9} {'des s':>7} {'MiB':>6} {'classes':>7} {'split':>11}  "
+          "des vs model time")
     for sharp in (True, False):
         for nodes in node_counts:
-            if not sharp and nodes > 32:
-                continue  # without SHARP every node is simulated: beyond 32 nodes it takes minutes
             out = subprocess.run([sys.executable, __file__, "--one", str(nodes)] + (["--sharp"] if sharp else []),
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout)
             print(f"  {r['gpus']:>5} {'yes' if sharp else 'no':>5} {r['algorithm']:>9} {r['des_s']:>7.1f} "
-                  f"{r['maxrss_mib']:>6.0f} {r['classes']:>7}  {r['des_us']:.0f} vs {r['model_us']:.0f} us")
+                  f"{r['maxrss_mib']:>6.0f} {r['classes']:>7} {r['split']:>11}  {r['des_us']:.0f} vs {r['model_us']:.0f} us")
 
 
 def plot(series: dict[str, list[tuple]], path: str) -> None:
