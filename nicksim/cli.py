@@ -379,6 +379,10 @@ def _run_perf(args, params: Params) -> int:
                 line += (f"  # {result.algorithm}/{result.protocol} {result.n_channels}ch {result.n_threads}t"
                          + ("" if result.estimate == "nccl" else f" ({result.estimate})"))
         print(line)
+    apart = [result for _, result in pairs if result.detail is not None and not getattr(result.detail, "exact", True)]
+    if apart:
+        print(f"# des: on {len(apart)} size(s) each channel's nodes were collapsed on their own (docs/des.md: close "
+              "to, not exactly, the full simulation); --set des.exact_nodes=N simulates up to N node classes exactly")
     if hang is not None:
         print("\n".join(f"# {line}" for line in hang.lines()))
     last = pairs[-1][1].detail if pairs and pairs[-1][1].detail is not None else None

@@ -317,6 +317,15 @@ def test_perf_des_from_the_command_line(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["engine"] == "des"
 
 
+def test_perf_des_says_when_each_channel_was_collapsed_on_its_own():
+    base = ("perf", "all_reduce", "-b", "4M", "-e", "4M", "--engine", "des", "--nodes", "8")
+    apart = run_cli(*base, "--set", "des.exact_nodes=2")
+    exact = run_cli(*base)
+    assert apart.returncode == 0 and exact.returncode == 0, apart.stderr + exact.stderr
+    assert "each channel's nodes were collapsed on their own" in apart.stdout
+    assert "collapsed on their own" not in exact.stdout
+
+
 def test_perf_des_hang_exits_1_with_the_report():
     out = run_cli("perf", "all_reduce", "-b", "64M", "-e", "64M", "--engine", "des", "--nodes", "2",
                   "--fault", "link-down:nic(0,0)->leaf(0,0)@10us", "-T", "1")
