@@ -3,14 +3,15 @@
 Three parts, each against a peer measured in the same run:
 - `sweep`: `nicksim perf all_reduce` (31 sizes, 8 B .. 8 GiB) on 8 GPUs (one DGX H100) and on 16
   (two), des vs model; the bars are 10 s and 20 s for the des sweep on a 2-core machine;
-- `growth`: one call at a time, varying one thing — nodes (ranks), channels (NCCL_MAX_CTAS), size
+- `growth`: one call at a time, varying one thing — nodes (ranks; a ring, whose nodes collapse, and
+  NVLS Tree, whose nodes all differ), channels (NCCL_MAX_CTAS), size
   — with wall seconds, slices moved (transfers), streams simulated, and the ratio of seconds to the
   first row of the same series;
 - `scale`: one 1 GiB all_reduce on 8 x N GPUs, each in its own process (its wall seconds and peak
   resident memory), against the model engine's answer for the same job, up to 1024 GPUs — the bars
   are 60 s and 4 GB: with SHARP (NCCL's choice is NVLS across nodes; every node behaves alike and
   is simulated once) and without (NVLS Tree: the two trees together set every node apart, so up to
-  32 nodes every node is simulated, and beyond that each channel's nodes are split on their own —
+  64 nodes every node is simulated, and beyond that each channel's nodes are split on their own —
   `split` says which).
 `--plot FILE` draws the growth series (seconds and transfers) to a PNG. Run:
 
@@ -72,6 +73,8 @@ def growth(repeat: int) -> dict[str, list[tuple]]:
     cases = {
         "ranks (nodes x 8, 1 GiB, NCCL_ALGO=Ring)": [(8 * n, job_of(n, {"NCCL_ALGO": "Ring"}), 1 << 30)
                                                      for n in (1, 2, 4, 8)],
+        "ranks (nodes x 8, 1 GiB, NCCL_ALGO=NVLSTree: every node simulated)": [
+            (8 * n, job_of(n, {"NCCL_ALGO": "NVLSTree"}), 1 << 30) for n in (2, 4, 8, 16)],
         "channels (NCCL_MAX_CTAS, 8 GPUs, 1 GiB ring)": [(c, job_of(1, {"NCCL_ALGO": "Ring", "NCCL_MAX_CTAS": str(c)}),
                                                           1 << 30) for c in (2, 4, 8, 16, 24)],
         "size (8 GPUs, NCCL's choice)": [(nbytes, job_of(1), nbytes) for nbytes in (1 << 20, 16 << 20, 256 << 20,
@@ -104,7 +107,16 @@ def one_large(nodes: int, sharp: bool) -> dict:
     return {"gpus": job.nranks, "sharp": sharp, "algorithm": run.plan.algorithm, "des_us": run.time_us,
             "model_us": model_us, "load_s": loaded - start, "des_s": done - loaded, "classes": run.n_node_classes,
             "split": "exact" if run.exact else "per-channel",
-            "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "maxrss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib() -> float:
+    """This process's own peak resident memory (VmHWM: ru_maxrss would carry the parent's over exec)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def scale(node_counts: list[int]) -> None:
@@ -148,8 +160,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--plot", metavar="FILE", help="write the growth plot (PNG)")
-    parser.add_argument("--scale", type=int, nargs="*", default=[4, 16, 32, 128], metavar="NODES",
-                        help="node counts of the scale part (default 4 16 32 128)")
+    parser.add_argument("--scale", type=int, nargs="*", default=[4, 16, 64, 128], metavar="NODES",
+                        help="node counts of the scale part (default 4 16 64 128)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sharp", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
