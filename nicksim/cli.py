@@ -25,7 +25,7 @@ from .errors import NickSimError, UsageError
 from .hardware import FABRICS, GPU_MODELS
 from .job import Job, JobSpec, load_job
 from .model.fabric import build_fabric, format_fabric
-from .model.hwparams import PARAM_NAMES
+from .model.hwparams import LINK_KINDS, PARAM_NAMES
 from .params import Params, read_params
 from .paths import format_nccl_paths, format_paths
 from .perf import compare, format_comparison, parse_size, perf_rows, sweep_sizes
@@ -179,7 +179,8 @@ def _add_perf_parser(sub) -> None:
     perf.add_argument("--engine", default="model", choices=ENGINES,
                       help="model: NCCL's time model; des: the discrete-event simulation of the fabric")
     perf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
-                      help=f"a DES parameter for this run ({', '.join(PARAM_NAMES)}; repeatable)")
+                      help=f"a DES parameter for this run ({', '.join(PARAM_NAMES)}) or the bandwidth of "
+                           f"every fabric link of a kind ({', '.join(LINK_KINDS)}); repeatable")
     perf.add_argument("--link-report", action="store_true",
                       help="after the table, the busiest links of the largest size (des): bytes, busy time, rate")
     perf.add_argument("--trace", metavar="FILE",
@@ -425,9 +426,9 @@ def _des_params(job: Job, args):
         try:
             values[key.strip()] = float(text)
         except ValueError:
-            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join(PARAM_NAMES)) from None
+            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join([*PARAM_NAMES, *LINK_KINDS])) from None
         if not sep:
-            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join(PARAM_NAMES))
+            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join([*PARAM_NAMES, *LINK_KINDS]))
     return with_overrides(default_params(job), values)
 
 

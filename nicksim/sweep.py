@@ -2,7 +2,8 @@
 
 `read_grid(text, where)` reads a GRID.toml — one `[sweep]` table whose keys are the system options
 of `nicksim perf` and the call, each a value or a list of values, plus an optional `[sweep.env]`
-table of NCCL_* settings (each a value or a list) — and promises the grid points: the cartesian
+table of NCCL_* settings and an optional `[sweep.set]` table of DES parameters and link bandwidths
+(the names `perf --set` takes; each a number or a list) — and promises the grid points: the cartesian
 product of every list, in file order. `run_point(point)` answers one point with one row per size;
 `run_sweep(points, workers, dask)` runs them all (a process pool of `workers`, or the Dask
 scheduler at `dask`), calls `progress(done, total)` as points finish, and returns every row in
@@ -21,6 +22,8 @@ Example:
     oversubscription = [1, 2]
     [sweep.env]
     NCCL_ALGO = ["Ring", "Tree"]
+    [sweep.set]
+    "nvlink.bw_gbps" = [370.8, 185.4]
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from .errors import NickSimError, UsageError
 from .job import JobSpec, load_job
 from .params import read_params
 from .perf import parse_size
+from .model.hwparams import LINK_KINDS, PARAM_NAMES
 from .report import measurement
 
 try:
@@ -53,7 +57,8 @@ GRID_KEYS: dict[str, tuple[type, object]] = {
     "hosts_per_leaf": (int, 32), "rail_optimized": (bool, True), "switch_lat_us": (float, None),
     "sharp": (bool, False), "nccl_version": (str, None),
 }
-ROW_FIELDS = ("point", *(k for k in GRID_KEYS if k != "sizes"), "env", "nbytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
+SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)
+ROW_FIELDS = ("point", *(k for k in GRID_KEYS if k != "sizes"), "env", "set", "nbytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
               "nchannels", "hang", "error")
 
 
@@ -85,9 +90,12 @@ def read_grid(text: str, where: str) -> list[dict]:
     env = table.get("env", {})
     if not isinstance(env, dict):
         raise UsageError("[sweep.env] must be a table", where, "NCCL_* = value or [values]")
+    sets = table.get("set", {})
+    if not isinstance(sets, dict):
+        raise UsageError("[sweep.set] must be a table", where, '"name" = number or [numbers]')
     axes: list[tuple[str, list]] = []
     for key, raw in table.items():
-        if key == "env":
+        if key in ("env", "set"):
             continue
         if key not in GRID_KEYS:
             raise UsageError(f"unknown key '{key}'", where, ", ".join(GRID_KEYS))
@@ -97,6 +105,15 @@ def read_grid(text: str, where: str) -> list[dict]:
         if not items or any(isinstance(v, (dict, list)) for v in items):
             raise UsageError(f"'{key}' = {raw!r}", f"{where}: [sweep.env]", "a value or a list of values")
         axes.append((f"env.{key}", [str(v) for v in items]))
+    for key, raw in sets.items():
+        if key not in SET_NAMES:
+            raise UsageError(f"unknown engine parameter '{key}'", f"{where}: [sweep.set]", ", ".join(SET_NAMES))
+        values = _values(key, raw, float, f"{where}: [sweep.set] {key}")
+        if any(v < 0 or (v == 0 and key != "proxy.overhead_us") for v in values):
+            raise UsageError(f"'{key}' = {raw!r}", f"{where}: [sweep.set]", "numbers above 0")
+        axes.append((f"set.{key}", values))
+    if sets and set(dict(axes).get("engine", [GRID_KEYS["engine"][1]])) != {"des"}:
+        raise UsageError("[sweep.set] changes the DES only", where, 'engine = "des"')
     for key, values in axes:
         if key == "engine" and any(v not in ENGINES for v in values):
             raise UsageError(f"engine {values}", f"{where}: engine", ", ".join(ENGINES))
@@ -113,10 +130,12 @@ def read_grid(text: str, where: str) -> list[dict]:
     points = []
     for combo in itertools.product(*(values for _, values in plain)):
         point = {key: default for key, (_, default) in GRID_KEYS.items()}
-        point["env"] = {}
+        point["env"], point["set"] = {}, {}
         for (key, _), value in zip(plain, combo):
             if key.startswith("env."):
                 point["env"][key[4:]] = value
+            elif key.startswith("set."):
+                point["set"][key[4:]] = value
             else:
                 point[key] = value
         point["sizes"] = sizes
@@ -129,6 +148,7 @@ def run_point(point: dict) -> list[dict]:
     """One grid point's rows, one per size (an `error` row set where nicksim cannot answer)."""
     base = {key: point[key] for key in ("point", *GRID_KEYS) if key != "sizes"}
     base["env"] = " ".join(f"{k}={v}" for k, v in point["env"].items())
+    base["set"] = " ".join(f"{k}={v:g}" for k, v in point.get("set", {}).items())
     try:
         spec = JobSpec(system=point["system"], nodes=point["nodes"], nccl_version=point["nccl_version"] or "2.30",
                        gpus_per_node=point["gpus_per_node"], fabric=point["fabric"],
@@ -139,8 +159,9 @@ def run_point(point: dict) -> list[dict]:
         job = load_job(spec, read_params({}, [f"{k}={v}" for k, v in point["env"].items()]))
         setup = None
         if point["engine"] == "des":
-            from .model.engine import des_setup
-            setup = des_setup(job)
+            from .model.engine import default_params, des_setup
+            from .model.hwparams import with_overrides
+            setup = des_setup(job, with_overrides(default_params(job), point.get("set", {})))
     except NickSimError as exc:
         return [dict(base, nbytes=n, error=exc.line()) for n in point["sizes"]]
     rows = []

@@ -317,6 +317,21 @@ def test_perf_des_from_the_command_line(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["engine"] == "des"
 
 
+def test_set_gives_every_link_of_a_kind_another_bandwidth():
+    # What if the NICs' PCIe links were a third narrower? Two DGX H100, ring all_reduce: every byte
+    # leaving or entering a node crosses a NIC's PCIe link, so at 1 GiB the ring slows to what
+    # 32 GB/s instead of 48 lets through; widening NVLink instead changes nothing here.
+    job = job_of(nodes=2, env={"NCCL_ALGO": "Ring"})
+    call = call_for_size("all_reduce", 1 << 30, "float", "sum", 0, job.nranks)
+    params = des_setup(job).params
+    base = simulate(des_setup(job), call)
+    narrow = simulate(des_setup(job, with_overrides(params, {"pcie.bw_gbps": 32})), call)
+    wide = simulate(des_setup(job, with_overrides(params, {"nvlink.bw_gbps": 740})), call)
+    assert narrow.time_us / base.time_us == pytest.approx(48 / 32, rel=0.1)
+    assert wide.time_us == pytest.approx(base.time_us, rel=0.01)
+    assert narrow.link_bw_gbps["node0:PCI/0->NIC/0"] == 32
+
+
 def test_perf_des_says_when_each_channel_was_collapsed_on_its_own():
     base = ("perf", "all_reduce", "-b", "4M", "-e", "4M", "--engine", "des", "--nodes", "8")
     apart = run_cli(*base, "--set", "des.exact_nodes=2")
@@ -339,6 +354,8 @@ def test_perf_des_hang_exits_1_with_the_report():
     (["--fault", "link-down:node0:GPU/0->DEV/0"], "--fault"),
     (["--straggler", "9:1us"], "--straggler"),
     (["--straggler", "1:soon"], "--straggler"),
+    (["--set", "nvlink.bw_gbps=0"], "--set"),
+    (["--set", "nvlnk.bw_gbps=100"], "--set"),
 ])
 def test_bad_des_input_is_one_line_and_status_2(args, where):
     out = run_cli("perf", "all_reduce", "-b", "1M", "-e", "1M", "--engine", "des", *args)

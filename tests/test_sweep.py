@@ -41,6 +41,10 @@ def test_the_grid_is_the_product_of_every_list_in_file_order():
     ("[sweep]\ncollective = 'all_reduse'\n", "all_reduse"),
     ("[other]\nnodes = 2\n", "[sweep]"),
     ("[sweep\n", "TOML"),
+    ("[sweep]\nengine = 'des'\n[sweep.set]\n'nvlnk.bw_gbps' = 1\n", "nvlnk.bw_gbps"),
+    ("[sweep]\nengine = 'des'\n[sweep.set]\n'nvlink.bw_gbps' = [100, -1]\n", "[sweep.set]"),
+    ("[sweep]\nengine = 'des'\n[sweep.set]\n'nvlink.bw_gbps' = 'fast'\n", "nvlink.bw_gbps"),
+    ("[sweep]\n[sweep.set]\n'nvlink.bw_gbps' = 100\n", "engine"),
 ])
 def test_a_bad_grid_names_the_key(text, where):
     with pytest.raises(UsageError) as err:
@@ -112,3 +116,11 @@ def test_sweep_bad_input_is_one_line_and_status_2(tmp_path):
 def test_rows_csv_leaves_missing_values_empty():
     text = rows_csv([{"point": 0, "nbytes": 8, "error": "x"}])
     assert text.splitlines()[1].startswith("0,") and text.rstrip().endswith(",x")
+
+
+def test_a_set_axis_changes_the_fabric_the_des_runs_on():
+    # One DGX H100 runs all_reduce through NVLS: halving every NVLink halves busbw at 1 GiB.
+    grid = '[sweep]\nengine = "des"\nsizes = "1G"\n[sweep.set]\n"nvlink.bw_gbps" = [370.8, 185.4]\n'
+    rows = run_sweep(read_grid(grid, "g.toml"))
+    assert [r["set"] for r in rows] == ["nvlink.bw_gbps=370.8", "nvlink.bw_gbps=185.4"]
+    assert rows[1]["busbw_gbps"] / rows[0]["busbw_gbps"] == pytest.approx(0.5, rel=0.05)

@@ -232,7 +232,9 @@ class _Sim:
         n_ch = max(n_ch, n_channels)
         self.router = Router(job, self.fabric, _GRAPH_OF.get(plan.algorithm, "ring"), n_ch)
         n_fabric = len(self.fabric.links)
-        capacity = [link.bw_gbps for link in self.fabric.links] + [params.cta_bw_gbps] * (self.router.n_links - n_fabric)
+        kind_bw = dict(params.link_bw_gbps)
+        capacity = ([kind_bw.get(link.kind, link.bw_gbps) for link in self.fabric.links]
+                    + [params.cta_bw_gbps] * (self.router.n_links - n_fabric))
         for rank in range(job.nranks):
             capacity[self.router.proxy(rank)] = 1.0  # 1 GB/s: a post of t us is t x 1000 bytes
             capacity[self.router.ll(rank)] = 2 * params.ll_max_bw_gbps  # on the wire, LL doubles the data

@@ -25,6 +25,11 @@ hardware facts and differ only where the fabric makes them differ:
 - the protocols' wire cost: LL sends 16 bytes per 8 of data (half of every line is flag), LL128
   128 per 120, Simple what it carries.
 
+The fabric itself can be changed for a run as well: `nvlink.bw_gbps`, `pcie.bw_gbps`, `c2c.bw_gbps`,
+`cpu.bw_gbps`, `net.bw_gbps` and `cable.bw_gbps` set the bandwidth of every link of that kind, per
+direction, as `nicksim topo --links` prints it (NCCL's plan stays the one for the machine as
+described; the DES moves the bytes over the links as changed).
+
 `with_overrides(params, {"cta.bw_gbps": 30})` gives the same set with named values replaced
 (calibration and `--set` use it); `PARAM_NAMES` lists what can be set.
 """
@@ -36,7 +41,7 @@ from ..constants.tuning_tables import TuningTables
 from ..errors import UsageError
 from ..search import SPEEDS
 
-__all__ = ["DesParams", "des_params", "with_overrides", "PARAM_NAMES", "wire_nbytes"]
+__all__ = ["DesParams", "des_params", "with_overrides", "PARAM_NAMES", "LINK_KINDS", "wire_nbytes"]
 
 _NVLS_EFFICIENCY = {90: 0.85, 100: 0.74}  # tuning.cc nvlsEfficiency (2.28.9-2.30.7), Hopper / Blackwell
 _WIRE = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}  # bytes on the wire per data byte
@@ -63,6 +68,8 @@ class DesParams:
     exact_nodes: int = 64
     net_overhead_us: float = 1.0
     ll_max_bw_gbps: float = float("inf")
+    # (fabric link kind, GB/s) for every kind whose links the run gives another bandwidth.
+    link_bw_gbps: tuple[tuple[str, float], ...] = ()
 
     def step_lat_us(self, hw: str, algorithm: str, protocol: str) -> float:
         row = algorithm if algorithm in ("Tree", "Ring") else "Ring"
@@ -95,16 +102,27 @@ PARAM_NAMES = {
 }
 
 
+# `--set` names for the fabric's link kinds (fabric.py FabricLink.kind).
+LINK_KINDS = {"nvlink.bw_gbps": "NVL", "pcie.bw_gbps": "PCI", "c2c.bw_gbps": "C2C", "cpu.bw_gbps": "SYS",
+              "net.bw_gbps": "NET", "cable.bw_gbps": "CABLE"}
+
+
 def with_overrides(params: DesParams, values: dict[str, float]) -> DesParams:
-    """`params` with the named values replaced (names as PARAM_NAMES lists them)."""
+    """`params` with the named values replaced (names as PARAM_NAMES and LINK_KINDS list them)."""
     changes = {}
+    links = dict(params.link_bw_gbps)
     for name, value in values.items():
+        if name in LINK_KINDS:
+            if not value > 0:
+                raise UsageError(f"{name}={value:g}", "--set", "a bandwidth above 0 GB/s")
+            links[LINK_KINDS[name]] = float(value)
+            continue
         if name not in PARAM_NAMES:
-            raise UsageError(f"unknown engine parameter '{name}'", "--set", ", ".join(PARAM_NAMES))
+            raise UsageError(f"unknown engine parameter '{name}'", "--set", ", ".join([*PARAM_NAMES, *LINK_KINDS]))
         field = PARAM_NAMES[name]
         if value <= 0 and field != "net_overhead_us":
             raise UsageError(f"{name}={value:g}", "--set", "a value above 0")
         if value < 0:
             raise UsageError(f"{name}={value:g}", "--set", "a value of 0 or more")
         changes[field] = int(value) if field in ("max_chunks", "exact_nodes") else float(value)
-    return replace(params, **changes)
+    return replace(params, **changes, link_bw_gbps=tuple(sorted(links.items())))
