@@ -8,7 +8,8 @@ import pytest
 from nicksim.calls import call_for_size
 from nicksim.engines import model_result
 from nicksim.job import JobSpec, load_job
-from nicksim.model.engine import coarse_plan, des_setup, simulate
+from nicksim.errors import UsageError
+from nicksim.model.engine import coarse_plan, des_setup, simulate, simulate_sequences
 from nicksim.model.hwparams import with_overrides
 from nicksim.model.routes import Router
 from nicksim.params import read_params
@@ -379,3 +380,47 @@ def test_topo_lists_the_links_faults_name():
     out = run_cli("topo", "dgx-h100", "--nodes", "2", "--links")
     assert out.returncode == 0
     assert "nic(0,0)->leaf(0,0)" in out.stdout and "node1:GPU/7->DEV/7" in out.stdout
+
+
+def _calls(job, *names, nbytes=64 * MiB):
+    return [call_for_size(name, nbytes, "float", "sum", 0, job.nranks) for name in names]
+
+
+def test_each_rank_runs_its_own_calls_one_after_the_other():
+    # Kernels on one CUDA stream: a rank's second all_reduce starts when its first has ended.
+    job = job_of()
+    setup = des_setup(job)
+    ar, = _calls(job, "all_reduce")
+    one = simulate(setup, ar, merge=False, collapse=False)
+    two = simulate_sequences(setup, {r: [ar, ar] for r in range(job.nranks)})
+    assert two.hang is None and two.time_us == pytest.approx(2 * one.time_us, rel=0.01)
+
+
+def test_a_rank_calling_broadcast_where_the_others_all_reduce_hangs_them_all():
+    # rank-divergence: rank 3 took a branch the others did not. Its ring broadcast waits for data
+    # rank 2 never sends that way, and the others' NVLS all_reduce waits for rank 3's share at the
+    # switch; the report says which call each rank is in.
+    job = job_of()
+    ar, bc = _calls(job, "all_reduce", "broadcast")
+    run = simulate_sequences(des_setup(job, timeout_us=1e5), {r: [bc if r == 3 else ar] for r in range(8)})
+    assert run.hang is not None and run.hang.watchdog
+    calls = {b.rank: (b.call_index, b.collective, b.nbytes) for b in run.hang.blocked}
+    assert calls == {r: (0, "broadcast" if r == 3 else "all_reduce", 64 * MiB) for r in range(8)}
+    assert "rank 3: call 0 (broadcast, 67108864 bytes)" in "\n".join(run.hang.lines())
+
+
+def test_a_rank_that_stops_calling_leaves_the_others_in_their_next_call():
+    job = job_of()
+    ar, = _calls(job, "all_reduce")
+    run = simulate_sequences(des_setup(job, timeout_us=1e5), {r: [ar] if r == 5 else [ar, ar] for r in range(8)})
+    assert run.hang.done_ranks == (5,)
+    assert {(b.rank, b.call_index) for b in run.hang.blocked} == {(r, 1) for r in range(8) if r != 5}
+    assert "  done with all their calls: rank 5" in run.hang.lines()
+
+
+def test_call_sequences_name_ranks_the_job_has():
+    job = job_of()
+    with pytest.raises(UsageError):
+        simulate_sequences(des_setup(job), {8: _calls(job, "all_reduce")})
+    with pytest.raises(UsageError):
+        simulate_sequences(des_setup(job), {0: []})

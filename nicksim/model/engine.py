@@ -24,13 +24,14 @@ primitive it is in and what it waits for, and the transfers stalled on dead link
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import simpy
 
 from ..calls import Call
 from ..connect import p2p_channels, p2p_chunk_nbytes
+from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
 from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan, Stream, collnet_scheduled,
                     plan_call, rank_programs)
@@ -43,8 +44,8 @@ from .network import FluidNetwork
 from .routes import HW_NET, HW_NVLINK, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
-__all__ = ["DesSetup", "DesRun", "Blocked", "HangReport", "des_setup", "simulate", "coarse_plan", "default_params",
-           "WATCHDOG_US"]
+__all__ = ["DesSetup", "DesRun", "Blocked", "HangReport", "des_setup", "simulate", "simulate_sequences",
+           "coarse_plan", "default_params", "WATCHDOG_US"]
 
 WATCHDOG_US = 600e6  # PyTorch's default process-group timeout, 600 s
 
@@ -94,6 +95,9 @@ class Blocked:
     nelem: int
     slice_index: int
     waits_for: str
+    call_index: int = 0    # the call's place in the rank's own sequence (NCCL's opCount)
+    collective: str = ""
+    nbytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class HangReport:
     stalls: tuple[Stall, ...] = ()
     watchdog: bool = False
     last_progress_us: float = 0.0
+    done_ranks: tuple[int, ...] = ()  # ranks that finished every call they made
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -138,8 +143,11 @@ class HangReport:
         for rank in ranks:
             mine = sorted((b for b in self.blocked if b.rank == rank), key=_telling)
             for b in mine[:per_rank]:
-                out.append(f"  rank {rank}: {len(mine)} stream(s) blocked, e.g. channel {b.channel} {b.stream}: "
-                           f"{b.op} #{b.prim_index} (elements {b.offset}+{b.nelem}) waits for {b.waits_for}")
+                out.append(f"  rank {rank}: call {b.call_index} ({b.collective}, {b.nbytes} bytes), {len(mine)} "
+                           f"stream(s) blocked, e.g. channel {b.channel} {b.stream}: {b.op} #{b.prim_index} "
+                           f"(elements {b.offset}+{b.nelem}) waits for {b.waits_for}")
+        if self.done_ranks:
+            out.append(f"  done with all their calls: rank {', '.join(map(str, self.done_ranks))}")
         return out
 
 
@@ -220,17 +228,37 @@ class _Conn:
         self.posted += 1
 
 
-class _Sim:
-    def __init__(self, setup: DesSetup, plan: Plan, factor: int = 1, n_channels: int = 0):
-        job, params = setup.job, setup.params
-        self.setup, self.job, self.plan, self.params = setup, job, plan, params
+class _CallRun:
+    """One call as the DES runs it: its place in the rank's sequence, its plan (chunks grown by
+    `factor`), the routes of its algorithm's graph, its slices per chunk and slots per connection,
+    what a receiver needs of a slice before it starts on it, and its launch cost."""
+
+    def __init__(self, sim: "_Sim", index: int, plan: Plan, factor: int):
+        self.index, self.plan, self.factor = index, plan, factor
         self.call: Call = plan.call
+        self.router = sim.router_for(plan.algorithm)
+        ring_simple = plan.protocol == "Simple" and plan.algorithm == "Ring"
+        self.slices = max(1, plan.chunk_steps // plan.slice_steps) if ring_simple else 1
+        self.credits = NCCL_STEPS // plan.slice_steps if ring_simple else NCCL_STEPS
+        # What a receiver must have before it starts on a slice: LL and LL128 flag every line, so
+        # the first line; Simple posts whole slices, so the first real slice of a coarse one.
+        self.head_share = 1.0 / factor
+        # Point-to-point prims count bytes (plan_p2p.py); collectives count elements.
+        self.elem_nbytes = 1 if plan.algorithm == "P2P" else self.call.elem_nbytes
+        self.launch_us = sim.params.launch_us(plan.algorithm, plan.protocol)
+
+
+class _Sim:
+    def __init__(self, setup: DesSetup, n_channels: int, first_algorithm: str = "Ring"):
+        job, params = setup.job, setup.params
+        self.setup, self.job, self.params = setup, job, params
         self.per_node = len(job.paths.node_system.gpus())
         self.nodes = job.nodes
         self.fabric = setup.fabric
-        n_ch = max((p.channel for p in plan.parts), default=0) + 1
-        n_ch = max(n_ch, n_channels)
-        self.router = Router(job, self.fabric, _GRAPH_OF.get(plan.algorithm, "ring"), n_ch)
+        self.n_channels = max(1, n_channels)
+        self._routers: dict[str, Router] = {}
+        # CTA, proxy and LL links are numbered alike by every graph's router.
+        self.router = self.router_for(first_algorithm)
         n_fabric = len(self.fabric.links)
         kind_bw = dict(params.link_bw_gbps)
         capacity = ([kind_bw.get(link.kind, link.bw_gbps) for link in self.fabric.links]
@@ -245,14 +273,6 @@ class _Sim:
         latency = [link.lat_us for link in self.fabric.links] + [0.0] * (len(capacity) - n_fabric)
         self.env = simpy.Environment()
         self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace)
-        ring_simple = plan.protocol == "Simple" and plan.algorithm == "Ring"
-        self.slices = max(1, plan.chunk_steps // plan.slice_steps) if ring_simple else 1
-        self.credits = NCCL_STEPS // plan.slice_steps if ring_simple else NCCL_STEPS
-        # What a receiver must have before it starts on a slice: LL and LL128 flag every line, so
-        # the first line; Simple posts whole slices, so the first real slice of a coarse one.
-        self.head_share = 1.0 / factor
-        # Point-to-point prims count bytes (plan_p2p.py); collectives count elements.
-        self.elem_nbytes = 1 if plan.algorithm == "P2P" else self.call.elem_nbytes
         self.conns: dict[tuple, _Conn] = {}
         self.waiting: dict[tuple, simpy.Event] = {}
         self.nvls_in: dict[tuple, list] = {}
@@ -272,6 +292,13 @@ class _Sim:
         self.routes: dict[tuple, tuple] = {}
         self.pat_conns: dict[tuple, list[int]] = {}
         self.last_progress = 0.0
+        self.done_ranks: set[int] = set()
+
+    def router_for(self, algorithm: str) -> Router:
+        graph = _GRAPH_OF.get(algorithm, "ring")
+        if graph not in self._routers:
+            self._routers[graph] = Router(self.job, self.fabric, graph, self.n_channels)
+        return self._routers[graph]
 
     # --- waiting ------------------------------------------------------------------------------
 
@@ -286,18 +313,19 @@ class _Sim:
         if event is not None:
             event.succeed()
 
-    def _conn(self, channel: int, src: int, dst: int, index: int) -> _Conn:
+    def _conn(self, c: _CallRun, channel: int, src: int, dst: int, index: int) -> _Conn:
+        """A connection persists across calls, as NCCL's connectors do (the first call's slots)."""
         key = (channel, src, dst, index)
         conn = self.conns.get(key)
         if conn is None:
-            conn = self.conns[key] = _Conn(self.credits)
+            conn = self.conns[key] = _Conn(c.credits)
         return conn
 
     # --- one stream ---------------------------------------------------------------------------
 
-    def run(self, programs: dict[int, tuple], merge: bool = True) -> None:
-        launch = self.params.launch_us(self.plan.algorithm, self.plan.protocol)
-        self.groups = self._channel_groups(programs) if merge else {c: [c] for c in self._channels(programs)}
+    def run(self, c: _CallRun, programs: dict[int, tuple], merge: bool = True) -> None:
+        """One call on every rank (channels in lockstep merged unless `merge` is off)."""
+        self.groups = self._channel_groups(c, programs) if merge else {ch: [ch] for ch in self._channels(programs)}
         for rep, members in self.groups.items():
             self.weight[rep] = len(members)
             for rank in range(self.job.nranks):  # stand-ins' transfers cross their members' CTA links too
@@ -308,7 +336,30 @@ class _Sim:
                     continue
                 for stream in prog.streams:
                     self.n_streams += 1
-                    self.env.process(self._stream(rank, prog.channel, stream, launch + self.late.get(rank, 0.0)))
+                    self.env.process(self._stream(c, rank, prog.channel, stream,
+                                                  c.launch_us + self.late.get(rank, 0.0)))
+        self._run_to_the_end()
+
+    def run_sequences(self, sequences: dict[int, list[tuple[_CallRun, tuple]]]) -> None:
+        """Each rank's own calls, one after the other as kernels on one CUDA stream: a call's streams
+        start once every stream of the rank's previous call has ended. Every channel in full detail."""
+        self.groups = {ch: [ch] for ch in range(self.n_channels)}
+        self.weight = {ch: 1 for ch in range(self.n_channels)}
+        for rank, calls in sequences.items():
+            self.n_streams += sum(len(prog.streams) for _, progs in calls for prog in progs)
+            self.env.process(self._rank_calls(rank, calls))
+        self._run_to_the_end()
+
+    def _rank_calls(self, rank: int, calls: list[tuple[_CallRun, tuple]]):
+        late = self.late.get(rank, 0.0)
+        for c, progs in calls:
+            streams = [self.env.process(self._stream(c, rank, prog.channel, stream, c.launch_us + late))
+                       for prog in progs for stream in prog.streams]
+            late = 0.0
+            yield simpy.AllOf(self.env, streams)
+        self.done_ranks.add(rank)
+
+    def _run_to_the_end(self) -> None:
         for fault in self.setup.faults:
             if fault.kind == "link-down":
                 self.env.process(self._link_down(fault))
@@ -318,7 +369,7 @@ class _Sim:
     def _channels(programs: dict[int, tuple]) -> list[int]:
         return sorted({prog.channel for progs in programs.values() for prog in progs})
 
-    def _channel_groups(self, programs: dict[int, tuple]) -> dict[int, list[int]]:
+    def _channel_groups(self, c: _CallRun, programs: dict[int, tuple]) -> dict[int, list[int]]:
         """Channels that run the same primitives between the same ranks over the same links move in
         lockstep: each group is simulated once, its flows counting once per member on every link
         (max-min fairness gives identical flows identical rates, so this is exact)."""
@@ -331,16 +382,18 @@ class _Sim:
                 for stream in prog.streams:
                     shapes = tuple((p.op, p.nelem, p.recv_from, p.send_to, p.conn, p.pat) for p in stream.prims)
                     kinds = {(p.op, p.recv_from, p.send_to) for p in stream.prims}
-                    routes = tuple(sorted((kind, self._links_but_ctas(_Shape(*kind), rank, prog.channel, node, local))
+                    routes = tuple(sorted((kind, self._links_but_ctas(c, _Shape(*kind), rank, prog.channel, node,
+                                                                      local))
                                           for kind in kinds))
                     sig.append((rank, stream.name, shapes, routes))
         for channel in sorted(per_channel):
             by_sig.setdefault(tuple(per_channel[channel]), []).append(channel)
         return {members[0]: members for members in by_sig.values()}
 
-    def _links_but_ctas(self, prim, rank: int, channel: int, node: int, local: int) -> tuple[int, ...]:
+    def _links_but_ctas(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int
+                        ) -> tuple[int, ...]:
         """The fabric links of `prim`'s route (the CTA links differ by channel by construction)."""
-        route = self._route(prim, rank, channel, node, local, [d for d in prim.send_to if d >= 0])[0]
+        route = self._route(c, prim, rank, channel, node, local, [d for d in prim.send_to if d >= 0])[0]
         return tuple(link for link in route if link < self.router.cta_base)
 
     def _link_down(self, fault: Fault):
@@ -348,44 +401,44 @@ class _Sim:
         for link in fault.links:
             self.net.set_capacity(link, 0.0)
 
-    def _stream(self, rank: int, channel: int, stream, launch_us: float):
-        state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch"]
+    def _stream(self, c: _CallRun, rank: int, channel: int, stream, launch_us: float):
+        state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch", c]
         yield self.env.timeout(launch_us)
-        protocol = stream.protocol or self.plan.protocol
+        protocol = stream.protocol or c.plan.protocol
         if stream.prims and stream.prims[0].pat is not None:
-            yield from self._pat_stream(rank, channel, stream, state, protocol)
+            yield from self._pat_stream(c, rank, channel, stream, state, protocol)
         else:
-            yield from self._prim_stream(rank, channel, stream, state, protocol)
+            yield from self._prim_stream(c, rank, channel, stream, state, protocol)
         state[3] = None
         self.finished += 1
         self.end_us = max(self.end_us, self.env.now)
         for member in self.groups[channel]:
             self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
 
-    def _prim_stream(self, rank: int, channel: int, stream, state: list, protocol: str):
+    def _prim_stream(self, c: _CallRun, rank: int, channel: int, stream, state: list, protocol: str):
         """The primitives one after the other, each slice waiting for its inputs and slots."""
         node, local = divmod(rank, self.per_node)
-        elem = self.elem_nbytes
+        elem = c.elem_nbytes
         line = _LINE_NBYTES.get(protocol)
         for index, prim in enumerate(stream.prims):
             state[0], state[1] = index, prim
             peers_out = [dst for dst in prim.send_to if dst >= 0]
-            route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
-            posts = self._proxies(rank, channel) if any(self.router.peer(channel, rank, d)[1] == HW_NET
+            route, hw, route_lat = self._route(c, prim, rank, channel, node, local, peers_out)
+            posts = self._proxies(rank, channel) if any(c.router.peer(channel, rank, d)[1] == HW_NET
                                                for d in peers_out) else ()
             # Connections run between the ranks simulated: a peer's stand-in, once per primitive.
             peers_in = self._stand_ins(prim.recv_from, channel)
             peers_out = self._stand_ins(prim.send_to, channel)
-            nbytes = prim.nelem * elem / self.slices
+            nbytes = prim.nelem * elem / c.slices
             wire = wire_nbytes(protocol, nbytes)
             if prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":
                 wire /= self.nvls_eff
-            lat = self.params.step_lat_us(hw, self.plan.algorithm, protocol) if hw else 0.0
-            for s in range(self.slices):
+            lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
+            for s in range(c.slices):
                 state[2] = s
-                key = (node, channel, prim.offset, prim.nelem, s)
+                key = (c.index, node, channel, prim.offset, prim.nelem, s)
                 upstream = []  # the events of everything this slice reads, all of which must be in
-                ins = [self._conn(channel, src, rank, prim.conn) for src in peers_in]
+                ins = [self._conn(c, channel, src, rank, prim.conn) for src in peers_in]
                 for src, conn in zip(peers_in, ins):
                     while conn.posted <= conn.taken:
                         state[3] = f"data from rank {src} (connection {prim.conn})"
@@ -396,9 +449,9 @@ class _Sim:
                     conn.taken += 1
                     if not first_step.processed:
                         yield first_step
-                got = yield from self._switch_inputs(prim, channel, key, state)
+                got = yield from self._switch_inputs(c, prim, channel, key, state)
                 upstream += got
-                outs = [self._conn(channel, rank, dst, prim.conn) for dst in peers_out]
+                outs = [self._conn(c, channel, rank, dst, prim.conn) for dst in peers_out]
                 for dst, conn in zip(peers_out, outs):
                     while conn.posted - conn.freed >= conn.credits:
                         state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
@@ -406,7 +459,7 @@ class _Sim:
                 if posts:
                     state[3] = "its proxy thread"
                     yield from self._post(posts, channel)
-                first = line if line is not None else wire * self.head_share
+                first = line if line is not None else wire * c.head_share
                 start = self.env.now
                 head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
                                                       (rank, tuple(peers_out), channel), self.weight[channel],
@@ -414,7 +467,7 @@ class _Sim:
                 for dst, conn in zip(peers_out, outs):
                     conn.post(head, done)
                     self._notify(("data", channel, rank, dst, prim.conn))
-                self._switch_outputs(prim, channel, node, key, head, done)
+                self._switch_outputs(c, prim, channel, node, key, head, done)
                 state[3] = "its transfer"
                 yield sent
                 self.last_progress = self.env.now
@@ -428,7 +481,7 @@ class _Sim:
                     conn.freed += 1
                     self._notify(("slot", channel, src, rank, prim.conn))
 
-    def _pat_stream(self, rank: int, channel: int, stream, state: list, protocol: str):
+    def _pat_stream(self, c: _CallRun, rank: int, channel: int, stream, state: list, protocol: str):
         """PAT (plan_pat.py): the steps of one round run together between two barriers; a step reads
         the connection step its offset names once the sender has posted it, writes into a step the
         receiver has freed, and the round's posts land after all its transfers have arrived."""
@@ -442,9 +495,9 @@ class _Sim:
             dones = []
             for prim in batch:
                 peers_out = [d for d in prim.send_to if d >= 0]
-                route, hw, route_lat = self._route(prim, rank, channel, node, local, peers_out)
-                wire = wire_nbytes(protocol, prim.nelem * self.elem_nbytes)
-                lat = self.params.step_lat_us(hw, self.plan.algorithm, protocol) if hw else 0.0
+                route, hw, route_lat = self._route(c, prim, rank, channel, node, local, peers_out)
+                wire = wire_nbytes(protocol, prim.nelem * c.elem_nbytes)
+                lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
                 if hw == HW_NET:
                     yield from self._post(self._proxies(rank, channel), channel)
                 dones.append(self.net.transfer2(route, wire, lat, wire, (rank, tuple(peers_out), channel),
@@ -498,7 +551,7 @@ class _Sim:
             return ranks
         return list(dict.fromkeys(self.collapse.rep_rank(p, channel) for p in ranks))
 
-    def _switch_inputs(self, prim, channel: int, key: tuple, state: list):
+    def _switch_inputs(self, c: _CallRun, prim, channel: int, key: tuple, state: list):
         """Wait for what the switches must hold before `prim` runs; returns the completion events
         of those inputs."""
         got = []
@@ -513,8 +566,8 @@ class _Sim:
                 yield self._wait(("nvls_out", key))
             got += yield from self._heads([self.nvls_out[key]], state, "the chunk's multicast (NVLS)")
         if COLLNET_SWITCH in prim.recv_from:
-            wanted = 1 if self.call.collective == "all_gather" else self.nodes
-            ckey = (channel, prim.offset, prim.nelem, key[-1])
+            wanted = 1 if c.call.collective == "all_gather" else self.nodes
+            ckey = (c.index, channel, prim.offset, prim.nelem, key[-1])
             while sum(w for _, _, w in self.collnet_in.get(ckey, ())) < wanted:
                 state[3] = "every node's head to reach the CollNet switch"
                 yield self._wait(("collnet", ckey))
@@ -529,7 +582,7 @@ class _Sim:
                 yield head
         return [done for _, done in pairs]
 
-    def _switch_outputs(self, prim, channel: int, node: int, key: tuple, head, done) -> None:
+    def _switch_outputs(self, c: _CallRun, prim, channel: int, node: int, key: tuple, head, done) -> None:
         if prim.op == "nvlsScatter":
             self.nvls_in.setdefault(key, []).append((head, done))
             self._notify(("nvls_in", key))
@@ -537,34 +590,34 @@ class _Sim:
             self.nvls_out[key] = (head, done)
             self._notify(("nvls_out", key))
         if COLLNET_SWITCH in prim.send_to:
-            ckey = (channel, prim.offset, prim.nelem, key[-1])
+            ckey = (c.index, channel, prim.offset, prim.nelem, key[-1])
             nodes = 1 if self.collapse is None else self.collapse.weight(node, channel)  # the nodes this one stands for
             self.collnet_in.setdefault(ckey, []).append((head, done, nodes))
             self._notify(("collnet", ckey))
 
-    def _route(self, prim, rank: int, channel: int, node: int, local: int, peers_out) -> tuple:
+    def _route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out) -> tuple:
         """The links one slice of `prim` crosses, the hardware row that prices its step, and the
         route's latency where it is not the links' sum (None); for a rank standing for others
         (symmetry.py), the links of every member's own slice, at one member's latency."""
         collapse = self.collapse
         if collapse is None:
-            route, hw = self._member_route(prim, rank, channel, node, local, peers_out)
+            route, hw = self._member_route(c, prim, rank, channel, node, local, peers_out)
             return route, hw, None
-        key = (rank, channel, prim.op, prim.recv_from, prim.send_to)
+        key = (c.plan.algorithm, c.plan.protocol, rank, channel, prim.op, prim.recv_from, prim.send_to)
         cached = self.routes.get(key)
         if cached is None:
-            own, hw = self._member_route(prim, rank, channel, node, local, peers_out)
+            own, hw = self._member_route(c, prim, rank, channel, node, local, peers_out)
             links: list[int] = []
             for member in collapse.members(rank, channel):
                 peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
-                links += self._member_route(prim, member, channel, member // self.per_node, local, peers)[0]
+                links += self._member_route(c, prim, member, channel, member // self.per_node, local, peers)[0]
             # The members' routes run side by side: the latency is one route's, not their sum.
             cached = self.routes[key] = (tuple(links), hw, sum(self.net.latency[x] for x in own))
         return cached
 
-    def _member_route(self, prim, rank: int, channel: int, node: int, local: int, peers_out
+    def _member_route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out
                       ) -> tuple[tuple[int, ...], str]:
-        r = self.router
+        r = c.router
         links = [r.cta(rank, channel)]
         hw = ""
         if prim.op in _REDUCING_NVLS:  # multimem.ld_reduce: every GPU's copy in, the sum out to the head
@@ -588,7 +641,7 @@ class _Sim:
             links += route
             if hw != HW_NET:
                 hw = kind
-        if peers_out and self.plan.protocol == "LL" and self.plan.algorithm != "P2P":
+        if peers_out and c.plan.protocol == "LL" and c.plan.algorithm != "P2P":
             links.append(r.ll(rank))
         return tuple(links), hw
 
@@ -601,13 +654,14 @@ class _Sim:
         stalls = tuple(Stall(src, dsts, channel, names[link]) for (src, dsts, channel), link in self.net.stalled()
                        if link < len(names))
         blocked = []
-        for (rank, channel, name), (index, prim, s, what) in sorted(self.state.items(), key=lambda kv: kv[0]):
+        for (rank, channel, name), (index, prim, s, what, c) in sorted(self.state.items(), key=lambda kv: kv[0]):
             if what is None:
                 continue
             blocked.append(Blocked(rank, channel, name, index, prim.op if prim else "launch",
-                                   prim.offset if prim else 0, prim.nelem if prim else 0, s, what))
+                                   prim.offset if prim else 0, prim.nelem if prim else 0, s, what,
+                                   c.index, c.call.collective, c.call.nbytes))
         return HangReport(self.env.now, tuple(blocked), stalls, self.env.now >= self.setup.timeout_us,
-                          self.last_progress)
+                          self.last_progress, tuple(sorted(self.done_ranks)))
 
     def link_stats(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
         names = [link.name for link in self.fabric.links]
@@ -696,34 +750,88 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
     return None if collapse.n_classes == job.nodes else collapse
 
 
+def _call_plan(job, call: Call, max_chunks: int, plan: Plan | None = None
+               ) -> tuple[Plan, Plan, int, dict[int, tuple] | None]:
+    """(NCCL's plan, the plan as run, its chunk factor, the point-to-point programs or None)."""
+    if call.collective in ("alltoall", "sendrecv"):
+        plan, programs = _p2p_plan(job, call)
+        programs, factor = _coarse_p2p(programs, max_chunks)
+        return plan, plan, factor, programs
+    plan = plan or plan_call(job.comm, call)
+    run_plan, factor = coarse_plan(plan, max_chunks, job.nodes)
+    return plan, run_plan, factor, None
+
+
+def _channels_of(plan: Plan, programs: dict[int, tuple] | None) -> int:
+    if programs is not None:
+        return 1 + max((p.channel for ps in programs.values() for p in ps), default=0)
+    return max((p.channel for p in plan.parts), default=0) + 1
+
+
 def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool = True,
              collapse: bool = True) -> DesRun:
     """Run `call` through the DES as `setup` says (NCCL's own plan unless `plan` is given).
     `merge=False` simulates every channel even where several move in lockstep, `collapse=False`
     every node even where several behave alike (symmetry.py)."""
     job = setup.job
-    if call.collective in ("alltoall", "sendrecv"):
-        plan, programs = _p2p_plan(job, call)
-        programs, factor = _coarse_p2p(programs, setup.params.max_chunks)
-        n_channels, run_plan = 1 + max((p.channel for ps in programs.values() for p in ps), default=0), plan
-    else:
-        plan = plan or plan_call(job.comm, call)
-        run_plan, factor = coarse_plan(plan, setup.params.max_chunks, job.nodes)
-        n_channels = 0
-    sim = _Sim(setup, run_plan, factor, n_channels)
-    if call.collective not in ("alltoall", "sendrecv"):
+    plan, run_plan, factor, programs = _call_plan(job, call, setup.params.max_chunks, plan)
+    sim = _Sim(setup, _channels_of(run_plan, programs), run_plan.algorithm)
+    c = _CallRun(sim, 0, run_plan, factor)
+    if programs is None:
         sim.collapse = _collapse(sim, run_plan) if collapse else None
         ranks = None if sim.collapse is None else sim.collapse.rep_ranks(job.nranks)
         programs = _programs(job, run_plan, ranks)
         if sim.collapse is not None:  # each channel run by its representatives only
             programs = {r: tuple(p for p in progs if sim.collapse.is_rep(r, p.channel))
                         for r, progs in programs.items()}
-    sim.run(programs, merge)
+    sim.run(c, programs, merge)
+    return _outcome(sim, plan, factor, sim.collapse.n_classes if sim.collapse else job.nodes,
+                    sim.collapse is None or sim.collapse.exact)
+
+
+def simulate_sequences(setup: DesSetup, calls: Mapping[int, Sequence[Call]]) -> DesRun:
+    """Run each rank's own sequence of calls (rank -> its calls, in the order it makes them; a rank
+    left out makes none), every rank and channel in full detail. Ranks that agree finish as they
+    would call by call; ranks that do not (one calls broadcast where the others call all_reduce,
+    one stops early) leave the others waiting on connections that never deliver, and the HangReport
+    names, per blocked rank, the call it is in (its place in that rank's sequence, collective,
+    size). The run's plan is the first call's of the lowest rank that makes one."""
+    job = setup.job
+    for rank in calls:
+        if not 0 <= rank < job.nranks:
+            raise UsageError(f"rank {rank}", "calls", f"ranks 0..{job.nranks - 1}")
+    planned: dict[Call, tuple] = {}
+    for seq in calls.values():
+        for call in seq:
+            if call not in planned:
+                planned[call] = _call_plan(job, call, setup.params.max_chunks)
+    if not planned:
+        raise UsageError("no rank makes a call", "calls", "at least one call")
+    n_channels = max(_channels_of(run_plan, programs) for _, run_plan, _, programs in planned.values())
+    first = next(seq[0] for _, seq in sorted(calls.items()) if seq)
+    sim = _Sim(setup, n_channels, planned[first][1].algorithm)
+    runs: dict[tuple[int, Call], _CallRun] = {}
+    sequences: dict[int, list[tuple[_CallRun, tuple]]] = {}
+    for rank in range(job.nranks):
+        steps = []
+        for index, call in enumerate(calls.get(rank, ())):
+            _, run_plan, factor, programs = planned[call]
+            c = runs.get((index, call))
+            if c is None:
+                c = runs[(index, call)] = _CallRun(sim, index, run_plan, factor)
+            progs = programs[rank] if programs is not None else _programs(job, run_plan, [rank])[rank]
+            steps.append((c, progs))
+        sequences[rank] = steps
+    sim.run_sequences(sequences)
+    plan, _, factor, _ = planned[first]
+    return _outcome(sim, plan, factor, job.nodes, True)
+
+
+def _outcome(sim: _Sim, plan: Plan, factor: int, n_classes: int, exact: bool) -> DesRun:
     nbytes, busy, bw = sim.link_stats()
     hang = sim.hang()
-    names = [link.name for link in setup.fabric.links]
+    names = [link.name for link in sim.fabric.links]
     series = tuple((t, names[link], gbps) for t, link, gbps in (sim.net.series or ()) if link < len(names))
     return DesRun(plan, sim.end_us if hang is None else sim.env.now, nbytes, busy, bw, hang, factor,
                   dict(sorted(sim.channel_end.items())), tuple(sim.spans or ()), series, sim.net.n_transfers,
-                  sim.n_streams, sim.collapse.n_classes if sim.collapse else job.nodes,
-                  sim.collapse is None or sim.collapse.exact)
+                  sim.n_streams, n_classes, exact)
