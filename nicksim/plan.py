@@ -399,10 +399,12 @@ def _tree_allreduce(part: ChannelPart, up: int, down: tuple[int, ...]) -> tuple[
     return Stream("up", upward), Stream("down", downward)
 
 
-def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, n_heads: int) -> tuple[Stream, ...]:
+def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, heads: tuple[int, ...]) -> tuple[Stream, ...]:
     """Single-node NVLS (all_reduce.h): scatter the loop's n_heads chunks into the multicast
     buffers, the head of each chunk reduces it through the switch and multicasts the result,
-    every rank gathers all n_heads results."""
+    every rank gathers all n_heads results. Where the NVLS domain has more GPUs than heads (an
+    NVL72 rack: 32 heads, NCCL_MAX_NVLS_ARITY), the other ranks only scatter and gather."""
+    n_heads = len(heads)
     elem = plan.call.elem_nbytes
     chunk = part.chunk_count
     loop = n_heads * chunk
@@ -416,8 +418,8 @@ def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, n_heads: int) -> t
         pieces = [(part.offset + off + h * chunk, max(0, min(chunk, part.count - off - h * chunk)))
                   for h in range(n_heads)]
         scatter += [Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces]
-        if rank < n_heads:
-            o, n = pieces[rank]
+        if rank in heads:
+            o, n = pieces[heads.index(rank)]
             reduce.append(Prim("nvlsReduceMulticast", o, n, recv_from=(NVLS_SWITCH,), send_to=(NVLS_SWITCH,)))
         gather += [Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces]
         off += loop
@@ -548,7 +550,9 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             up, down = trees[c][rank]
             streams = _tree_allreduce(part, up, down)
         elif algorithm == "NVLS" and call.collective == "all_reduce" and plan.nvls_heads == call.nranks:
-            streams = _nvls_allreduce(plan, part, rank, plan.nvls_heads)
+            streams = _nvls_allreduce(plan, part, rank, tuple(range(plan.nvls_heads)))
+        elif algorithm == "NVLS" and call.collective == "all_reduce" and nvls is not None and nvls[0] == call.nranks:
+            streams = _nvls_allreduce(plan, part, rank, nvls[1])  # one NVLS domain, fewer heads than GPUs
         elif algorithm == "NVLS" and call.collective == "all_reduce" and nvls is not None \
                 and call.nranks > nvls[0]:
             streams = _nvls_collnet_allreduce(plan, part, rank, *nvls)

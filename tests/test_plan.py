@@ -76,6 +76,19 @@ def test_nvls_all_reduce_conserves_bytes(jobs):
         check_programs(call, all_programs(job, plan))
 
 
+def test_nvls_all_reduce_on_an_nvl72_rack_conserves_bytes():
+    # One NVLS domain of 72 GPUs with 32 heads (NCCL_MAX_NVLS_ARITY): the other 40 ranks scatter
+    # and gather only; every element is still reduced once and delivered to every rank.
+    job = job_of("gb200-nvl72")
+    assert job.nranks == 72 and len(job.nvls_layout()[1]) == 32
+    for size in (1000, 1 << 20, 1 << 28):
+        call = call_for_size("all_reduce", size, "float", "sum", 0, job.nranks)
+        plan = forced(job, call, "NVLS", "Simple")
+        programs = all_programs(job, plan)
+        assert sum(1 for progs in programs.values() if any(s.name == "reduce" for p in progs for s in p.streams)) == 32
+        check_programs(call, programs)
+
+
 def test_nccls_own_choice_plans_check(jobs):
     for name in ("h100", "h100x2", "rtx4090", "h100x8x1gpu"):
         job = jobs[name]
