@@ -93,8 +93,7 @@ def test_ring_broadcast_pays_a_pipeline_fill_the_formula_leaves_out():
 ])
 def test_des_agrees_with_the_model_on_an_nvl72_rack(collective, sizes):
     # 72 GPUs in one NVLink domain: all_reduce through NVLS with 32 heads, the rest over the ring or
-    # point to point. (All_gather and reduce_scatter at 256 MiB run LL128, which the DES moves faster
-    # than NCCL's formula prices it: docs/des.md.)
+    # point to point. (All_gather and reduce_scatter at 256 MiB: the next test but one.)
     job = job_of("gb200-nvl72")
     for nbytes in sizes:
         model_us, run = times(job, collective, nbytes)
@@ -110,6 +109,20 @@ def test_a_72_rank_ring_broadcast_pays_a_72_step_fill():
         model_us, run = times(job_of("gb200-nvl72", env={"NCCL_BUFFSIZE": str(buff)}), "broadcast", 1024 * MiB)
         gaps.append(run.time_us / model_us - 1)
     assert gaps[0] > 0.5 and gaps[0] > 3 * gaps[1] > 12 * gaps[2] > 0
+
+
+@pytest.mark.parametrize("collective, func", [("all_gather", "AllGather"), ("reduce_scatter", "ReduceScatter")])
+def test_the_formula_adds_a_72_hop_latency_the_ring_pipelines(collective, func):
+    # At 256 MiB NCCL picks ring LL128 on the rack for its lower latency term (149 us against Simple's
+    # 250: 71 hops). The formula adds that term to the bytes' time; in the DES each hop's latency
+    # overlaps the lines still streaming behind it, so the DES is faster by about that term and
+    # agrees with the formula's byte time alone.
+    job = job_of("gb200-nvl72")
+    model_us, run = times(job, collective, 256 * MiB)
+    assert (run.plan.algorithm, run.plan.protocol) == ("Ring", "LL128")
+    latency_us = job.comm.table.lat(func, "Ring", "LL128")
+    assert latency_us > 0.2 * model_us
+    assert run.time_us == pytest.approx(model_us - latency_us, rel=0.05)
 
 
 # --- contention ----------------------------------------------------------------------------------
