@@ -125,6 +125,30 @@ def test_the_formula_adds_a_72_hop_latency_the_ring_pipelines(collective, func):
     assert run.time_us == pytest.approx(model_us - latency_us, rel=0.05)
 
 
+def test_nvls_through_sharp_is_bound_by_the_nvswitch_ports_where_the_formula_halves_the_nics():
+    # 16 DGX H100 with SHARP: NCCL runs all_reduce as NVLS across nodes. Its formula prices the network
+    # leg at the NVLS graph's bwInter (8 channels x 48 GB/s) as bus bandwidth and converts it to algorithm
+    # bandwidth like a ring's (x n / 2(n-1)), though through the switch each byte crosses a node's NICs
+    # once up and once down. In the DES the NICs are not the bound: the NVSwitch ports are (95% busy),
+    # and a wider NVLink shortens the call until the NICs take over.
+    job = job_of(nodes=16, sharp=True, env={"NCCL_COLLNET_ENABLE": "1"})
+    call = call_for_size("all_reduce", 1 << 30, "float", "sum", 0, job.nranks)
+    model_us = model_result(job, call).time_us
+    setup = des_setup(job)
+    run = simulate(setup, call)
+    assert run.plan.algorithm == "NVLS"
+    graph = job.graphs["nvls"]
+    formula_gbps = job.comm.table.bw("AllReduce", "NVLS", "Simple")
+    assert formula_gbps == pytest.approx(graph.bw_inter * graph.n_channels * job.nranks / (2 * (job.nranks - 1)))
+    load = {name: nbytes / (run.link_bw_gbps[name] * 1e3 * run.time_us) for name, nbytes in run.link_nbytes.items()}
+    ports = max(v for name, v in load.items() if "NVS" in name)
+    nics = max(v for name, v in load.items() if name.startswith("nic("))
+    assert ports > 0.9 > nics
+    assert run.time_us < 0.8 * model_us
+    wide = simulate(des_setup(job, with_overrides(setup.params, {"nvlink.bw_gbps": 741.6})), call)
+    assert wide.time_us < 0.9 * run.time_us
+
+
 # --- contention ----------------------------------------------------------------------------------
 
 def test_two_gpus_behind_one_pcie_switch_share_its_uplink():
