@@ -732,6 +732,10 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
                 faulty.setdefault(link // fabric.per_node, set()).add((link % fabric.per_node, *mark))
             else:
                 marks[link] = mark
+    root_node = -1
+    if plan.call.collective in ("broadcast", "reduce"):  # the root's node runs other programs
+        root_node = plan.call.root // len(job.paths.node_system.gpus())
+        faulty.setdefault(root_node, set()).add((-1, "root"))
 
     def route_cables(channel: int, src: int, dst: int):
         route, _ = sim.router.peer(channel, src, dst)
@@ -740,7 +744,7 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
         return cables, colours
 
     n_channels = max((p.channel for p in plan.parts), default=0) + 1
-    key = ("node_classes", plan.algorithm, n_channels, sim.params.exact_nodes)
+    key = ("node_classes", plan.algorithm, n_channels, sim.params.exact_nodes, root_node)
     if key not in sim.setup.derived:
         faults = {n: tuple(sorted(v)) for n, v in faulty.items()}
         late = dict(sim.setup.stragglers)
