@@ -63,14 +63,16 @@ class Job:
     paths: Paths
     cluster: Cluster
     params: Params
+    domains: int = 1  # P2P/SHM domains per host, each a node to NCCL (split_domains)
 
     @property
     def nodes(self) -> int:
-        return self.spec.nodes
+        """NCCL's nodes: hosts, times the P2P/SHM domains each host splits into."""
+        return self.spec.nodes * self.domains
 
     @property
     def nranks(self) -> int:
-        return self.spec.nodes * len(self.paths.node_system.gpus())
+        return self.nodes * len(self.paths.node_system.gpus())
 
     @cached_property
     def graphs(self) -> dict[str, Graph]:
@@ -150,13 +152,37 @@ def load_node_paths(spec: JobSpec, params: Params):
     return name, filled, system, paths, fab
 
 
+def split_domains(spec: JobSpec, params: Params, system: System, paths: Paths, net_plugin: str
+                  ) -> tuple[System, Paths, int]:
+    """A host whose GPUs NCCL splits into P2P/SHM domains (ncclTopoTrimSystem cuts the GPUs a rank
+    reaches only through the network, e.g. across sockets where a NIC beats the CPU link,
+    ncclTopoCheckNet) is several nodes to NCCL: init.cc counts a node per first rank of the ring
+    graph. Where the domains are alike in size and consecutive in rank, every domain runs as a
+    node of its own, the system as rank 0's domain sees it: (that system, its paths, domains per
+    host). Otherwise the host is left whole (connect says why it cannot run)."""
+    host_gpus, view = len(system.gpus()), paths.system
+    size = len(view.gpus())
+    if not size or size == host_gpus or host_gpus % size:
+        return system, paths, 1
+    domains = host_gpus // size
+    for first in range(0, host_gpus, size):
+        seen = compute_paths(system, params, nranks=host_gpus, rank=first, net_plugin=net_plugin).system
+        if sorted(seen.nodes[g].gpu.rank for g in seen.gpus()) != list(range(first, first + size)):
+            return system, paths, 1
+    nranks = spec.nodes * host_gpus
+    local = spec.rank % size
+    return view, compute_paths(view, params, nranks=nranks, rank=local, net_plugin=net_plugin), domains
+
+
 def load_job(spec: JobSpec, params: Params) -> Job:
     """Run topology, paths and the cluster build for `spec`; search, connect and the
     communicator follow lazily from the returned Job."""
     name, filled, system, paths, fab = load_node_paths(spec, params)
     if fab.plugin_env:  # the network plugin sets these before NCCL reads them, unless the user did
         params = params.with_defaults(dict(fab.plugin_env), f"{fab.net_plugin} plugin")
+    system, paths, domains = split_domains(spec, params, system, paths, fab.net_plugin)
     cluster = build_cluster(system, paths, ClusterSpec(
-        nodes=spec.nodes, fabric=fab, rail_optimized=spec.rail_optimized, hosts_per_leaf=spec.hosts_per_leaf,
-        oversubscription=spec.oversubscription, switch_lat_us=spec.switch_lat_us))
-    return Job(spec, name, filled, system, paths, cluster, params)
+        nodes=spec.nodes * domains, fabric=fab, rail_optimized=spec.rail_optimized,
+        hosts_per_leaf=spec.hosts_per_leaf * domains, oversubscription=spec.oversubscription,
+        switch_lat_us=spec.switch_lat_us))
+    return Job(spec, name, filled, system, paths, cluster, params, domains)

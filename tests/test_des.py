@@ -149,6 +149,18 @@ def test_nvls_through_sharp_is_bound_by_the_nvswitch_ports_where_the_formula_hal
     assert wide.time_us < 0.9 * run.time_us
 
 
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_a_host_nccl_splits_into_two_domains_runs_as_two_nodes(collective):
+    # 8 L40S on two sockets: each GPU reaches a NIC over PCIe faster than the other socket's GPUs over
+    # the CPU link, so NCCL reaches them through the network (ncclTopoCheckNet) and trims them from its
+    # domain; init.cc then counts two nodes of four GPUs. The DES runs it so and agrees with the formula.
+    job = job_of("pcie-8x-l40s")
+    assert (job.nodes, job.nranks, len(job.paths.node_system.gpus())) == (2, 8, 4)
+    model_us, run = times(job, collective, 1024 * MiB)
+    assert run.hang is None and run.time_us == pytest.approx(model_us, rel=0.15)
+    assert any(name.startswith("nic(") for name in run.link_nbytes)
+
+
 # --- contention ----------------------------------------------------------------------------------
 
 def test_two_gpus_behind_one_pcie_switch_share_its_uplink():
@@ -265,10 +277,12 @@ COLLAPSE_CASES = [
 ]
 
 
-# all_reduce on every case; all_gather and reduce_scatter on the fault-free four-node ones.
+# all_reduce on every case; all_gather, reduce_scatter and the rooted broadcast and reduce (the root's
+# node runs programs of its own) on the fault-free four-node ones.
 COLLAPSE_SWEEP = [("all_reduce", *case) for case in COLLAPSE_CASES] + [
-    (collective, *case) for collective in ("all_gather", "reduce_scatter") for case in COLLAPSE_CASES
-    if case[0] == 4 and not case[3] and not case[4]]
+    (collective, *case) for collective in ("all_gather", "reduce_scatter", "broadcast", "reduce")
+    for case in COLLAPSE_CASES if case[0] == 4 and not case[3] and not case[4]
+    and not (collective in ("broadcast", "reduce") and "sharp" in case[2])]
 
 
 @pytest.mark.parametrize("collective, nodes, env, spec, faults, late", COLLAPSE_SWEEP)
