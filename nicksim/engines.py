@@ -15,6 +15,7 @@ from .choose import choose
 from .constants.tuning_tables import tuning_tables
 from .connect import p2p_channels, p2p_chunk_nbytes
 from .job import Job
+from .paths import local_nets
 from .plan_p2p import p2p_transfers
 
 __all__ = ["EngineResult", "model_result", "des_result", "engine_result", "p2p_time_us", "ENGINES"]
@@ -60,7 +61,8 @@ def p2p_time_us(job: Job, call: Call) -> float:
     One step at NCCL's own latencies (Ring base + hardware latency of the path, LL up to the
     16 KiB P2P LL threshold, else Simple), then the rank's bytes over its bottleneck: peers in
     the node over the GPU-GPU path bandwidth, peers on other nodes over the GPU's share of the
-    node's NICs; the two kinds of traffic run concurrently.
+    node's NICs; the two kinds of traffic run concurrently, except on the links they share (a
+    PCIe-only GPU's own link carries both): no link carries more than its bandwidth allows.
     """
     n, per_node = call.nranks, len(job.paths.node_system.gpus())
     peer_nbytes = call.count * call.elem_nbytes
@@ -82,7 +84,26 @@ def p2p_time_us(job: Job, call: Call) -> float:
     intra_us = sum(peer_nbytes / (1e3 * job.paths.gpu_path(0, p).bw_gbps * efficiency) for p in intra)
     net_bw = _net_bw_per_gpu_gbps(job) * efficiency
     inter_us = len(inter) * peer_nbytes / (1e3 * net_bw) if inter and net_bw > 0 else 0.0
-    return lat + max(intra_us, inter_us)
+    return lat + max(intra_us, inter_us, _shared_link_us(job, intra, len(inter) * peer_nbytes, peer_nbytes,
+                                                          efficiency))
+
+
+def _shared_link_us(job: Job, intra: list[int], inter_nbytes: float, peer_nbytes: float,
+                    efficiency: float) -> float:
+    """The time rank 0's busiest link needs for its traffic: each node peer's bytes along NCCL's
+    GPU-GPU path, the bytes for other nodes along the path to the GPU's nearest NIC."""
+    paths = job.paths
+    system = paths.system
+    load: dict[tuple[int, int], float] = {}
+    for p in intra:
+        for hop in paths.gpu_path(0, p).links:
+            load[hop] = load.get(hop, 0.0) + peer_nbytes
+    nets = local_nets(paths, 0) if inter_nbytes else ()
+    if nets:
+        for hop in paths.path(system.gpu_by_rank(0), nets[0]).links:
+            load[hop] = load.get(hop, 0.0) + inter_nbytes
+    return max((nbytes / (1e3 * system.nodes[node].links[pos].bw_gbps * efficiency)
+                for (node, pos), nbytes in load.items()), default=0.0)
 
 
 def _p2p_plan_summary(job: Job, call: Call) -> tuple[str, int]:

@@ -149,11 +149,13 @@ def test_nvls_through_sharp_is_bound_by_the_nvswitch_ports_where_the_formula_hal
     assert wide.time_us < 0.9 * run.time_us
 
 
-@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("collective", ["all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv"])
 def test_a_host_nccl_splits_into_two_domains_runs_as_two_nodes(collective):
     # 8 L40S on two sockets: each GPU reaches a NIC over PCIe faster than the other socket's GPUs over
     # the CPU link, so NCCL reaches them through the network (ncclTopoCheckNet) and trims them from its
-    # domain; init.cc then counts two nodes of four GPUs. The DES runs it so and agrees with the formula.
+    # domain; init.cc then counts two nodes of four GPUs. The DES runs it so and agrees with the formula
+    # (alltoall and sendrecv: with nicksim's estimate, whose peers in and out of the node share the GPU's
+    # one PCIe link).
     job = job_of("pcie-8x-l40s")
     assert (job.nodes, job.nranks, len(job.paths.node_system.gpus())) == (2, 8, 4)
     model_us, run = times(job, collective, 1024 * MiB)
