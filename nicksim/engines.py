@@ -61,8 +61,9 @@ def p2p_time_us(job: Job, call: Call) -> float:
     One step at NCCL's own latencies (Ring base + hardware latency of the path, LL up to the
     16 KiB P2P LL threshold, else Simple), then the rank's bytes over its bottleneck: peers in
     the node over the GPU-GPU path bandwidth, peers on other nodes over the GPU's share of the
-    node's NICs; the two kinds of traffic run concurrently, except on the links they share (a
-    PCIe-only GPU's own link carries both): no link carries more than its bandwidth allows.
+    node's NICs; the two kinds of traffic run concurrently, and no link of the node carries more
+    than its bandwidth allows with every rank's traffic on it (a socket link, a PCIe-only GPU's
+    own link shared by its node and network peers).
     """
     n, per_node = call.nranks, len(job.paths.node_system.gpus())
     peer_nbytes = call.count * call.elem_nbytes
@@ -84,24 +85,32 @@ def p2p_time_us(job: Job, call: Call) -> float:
     intra_us = sum(peer_nbytes / (1e3 * job.paths.gpu_path(0, p).bw_gbps * efficiency) for p in intra)
     net_bw = _net_bw_per_gpu_gbps(job) * efficiency
     inter_us = len(inter) * peer_nbytes / (1e3 * net_bw) if inter and net_bw > 0 else 0.0
-    return lat + max(intra_us, inter_us, _shared_link_us(job, intra, len(inter) * peer_nbytes, peer_nbytes,
-                                                          efficiency))
+    return lat + max(intra_us, inter_us, _busiest_link_us(job, call, peer_nbytes, efficiency))
 
 
-def _shared_link_us(job: Job, intra: list[int], inter_nbytes: float, peer_nbytes: float,
-                    efficiency: float) -> float:
-    """The time rank 0's busiest link needs for its traffic: each node peer's bytes along NCCL's
-    GPU-GPU path, the bytes for other nodes along the path to the GPU's nearest NIC."""
+def _busiest_link_us(job: Job, call: Call, peer_nbytes: float, efficiency: float) -> float:
+    """The time the busiest link of node 0 needs for what every rank of the node moves at once:
+    each pair inside the node along NCCL's GPU-GPU path, each rank's bytes for other nodes along
+    its path to its nearest NIC (links that pairs share — a socket link, a PCIe-only GPU's own
+    link — carry all of them)."""
     paths = job.paths
     system = paths.system
+    per_node, n = len(paths.node_system.gpus()), call.nranks
+    if call.collective == "sendrecv":
+        pairs = [(r, (r + 1) % n) for r in range(per_node) if (r + 1) % n < per_node and n > 1]
+        egress = [(per_node - 1, peer_nbytes)] if n > per_node else []
+    else:
+        pairs = [(a, b) for a in range(per_node) for b in range(per_node) if a != b]
+        egress = [(r, (n - per_node) * peer_nbytes) for r in range(per_node)] if n > per_node else []
     load: dict[tuple[int, int], float] = {}
-    for p in intra:
-        for hop in paths.gpu_path(0, p).links:
+    for a, b in pairs:
+        for hop in paths.gpu_path(a, b).links:
             load[hop] = load.get(hop, 0.0) + peer_nbytes
-    nets = local_nets(paths, 0) if inter_nbytes else ()
-    if nets:
-        for hop in paths.path(system.gpu_by_rank(0), nets[0]).links:
-            load[hop] = load.get(hop, 0.0) + inter_nbytes
+    for r, nbytes in egress:
+        nets = local_nets(paths, r)
+        if nets:
+            for hop in paths.path(system.gpu_by_rank(r), nets[0]).links:
+                load[hop] = load.get(hop, 0.0) + nbytes
     return max((nbytes / (1e3 * system.nodes[node].links[pos].bw_gbps * efficiency)
                 for (node, pos), nbytes in load.items()), default=0.0)
 
