@@ -165,6 +165,23 @@ def test_a_host_nccl_splits_into_two_domains_runs_as_two_nodes(collective):
     assert any(name.startswith("nic(") for name in run.link_nbytes)
 
 
+@pytest.mark.parametrize("collective", ["broadcast", "reduce"])
+def test_the_formula_prices_the_l40s_ring_at_its_search_speed_the_des_at_its_links(collective):
+    # On the two L40S domains the ring graph's search settles on 20 GB/s (its speed ladder's step below
+    # the 24 GB/s PCIe links); NCCL's formula prices broadcast and reduce at that, the DES moves the
+    # bytes at what each GPU's PCIe link carries, 16% faster.
+    job = job_of("pcie-8x-l40s")
+    nbytes = 1024 * MiB
+    model_us, run = times(job, collective, nbytes)
+    ring = job.graphs["ring"]
+    busiest = max(run.link_nbytes, key=lambda name: run.link_nbytes[name] / run.link_bw_gbps[name])
+    link_gbps = run.link_bw_gbps[busiest]
+    assert "DEV" in busiest and "PCI" in busiest  # a GPU's own PCIe link
+    assert ring.bw_inter * ring.n_channels < link_gbps
+    assert model_us == pytest.approx(nbytes / (1e3 * ring.bw_inter * ring.n_channels), rel=0.02)
+    assert run.time_us == pytest.approx(nbytes / (1e3 * link_gbps), rel=0.05)
+
+
 # --- contention ----------------------------------------------------------------------------------
 
 def test_two_gpus_behind_one_pcie_switch_share_its_uplink():
