@@ -36,7 +36,8 @@ def times(job, collective, nbytes, **setup):
 AGREEING = [(system, 1, coll) for system in ("dgx-h100", "dgx-a100", "hgx-h200", "dgx-b200", "pcie-8x-rtx4090")
             for coll in COLLECTIVES] + [("dgx-h100", 2, coll) for coll in COLLECTIVES] \
     + [("dgx-h100", nodes, coll) for nodes in (1, 2) for coll in ("sendrecv", "alltoall")] \
-    + [("pcie-8x-rtx4090", 1, coll) for coll in ("sendrecv", "alltoall")]
+    + [(system, 1, coll) for system in ("dgx-a100", "hgx-h200", "dgx-b200", "pcie-8x-rtx4090", "pcie-2x-rtx2080ti")
+       for coll in ("sendrecv", "alltoall")]
 
 
 @pytest.mark.parametrize("system, nodes, collective", AGREEING)
