@@ -25,7 +25,7 @@ from .errors import NickSimError, UsageError
 from .hardware import FABRICS, GPU_MODELS
 from .job import Job, JobSpec, load_job
 from .model.fabric import build_fabric, format_fabric
-from .model.hwparams import LINK_KINDS, PARAM_NAMES
+from .model.hwparams import LINK_KINDS, PARAM_NAMES, SET_NAMES
 from .params import Params, read_params
 from .paths import format_nccl_paths, format_paths
 from .perf import compare, format_comparison, parse_size, perf_rows, sweep_sizes
@@ -426,9 +426,9 @@ def _des_params(job: Job, args):
         try:
             values[key.strip()] = float(text)
         except ValueError:
-            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join([*PARAM_NAMES, *LINK_KINDS])) from None
+            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join(SET_NAMES)) from None
         if not sep:
-            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join([*PARAM_NAMES, *LINK_KINDS]))
+            raise UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join(SET_NAMES))
     return with_overrides(default_params(job), values)
 
 

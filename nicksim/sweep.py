@@ -39,7 +39,7 @@ from .errors import NickSimError, UsageError
 from .job import JobSpec, load_job
 from .params import read_params
 from .perf import parse_size
-from .model.hwparams import LINK_KINDS, PARAM_NAMES
+from .model.hwparams import check_override
 from .report import measurement
 
 try:
@@ -57,7 +57,6 @@ GRID_KEYS: dict[str, tuple[type, object]] = {
     "hosts_per_leaf": (int, 32), "rail_optimized": (bool, True), "switch_lat_us": (float, None),
     "sharp": (bool, False), "nccl_version": (str, None),
 }
-SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)
 ROW_FIELDS = ("point", *(k for k in GRID_KEYS if k != "sizes"), "env", "set", "nbytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
               "nchannels", "hang", "error")
 
@@ -106,11 +105,10 @@ def read_grid(text: str, where: str) -> list[dict]:
             raise UsageError(f"'{key}' = {raw!r}", f"{where}: [sweep.env]", "a value or a list of values")
         axes.append((f"env.{key}", [str(v) for v in items]))
     for key, raw in sets.items():
-        if key not in SET_NAMES:
-            raise UsageError(f"unknown engine parameter '{key}'", f"{where}: [sweep.set]", ", ".join(SET_NAMES))
+        check_override(key, 1.0, f"{where}: [sweep.set]")  # the name first: a bad one is not a value error
         values = _values(key, raw, float, f"{where}: [sweep.set] {key}")
-        if any(v < 0 or (v == 0 and key != "proxy.overhead_us") for v in values):
-            raise UsageError(f"'{key}' = {raw!r}", f"{where}: [sweep.set]", "numbers above 0")
+        for value in values:
+            check_override(key, value, f"{where}: [sweep.set]")
         axes.append((f"set.{key}", values))
     if sets and set(dict(axes).get("engine", [GRID_KEYS["engine"][1]])) != {"des"}:
         raise UsageError("[sweep.set] changes the DES only", where, 'engine = "des"')

@@ -41,7 +41,8 @@ from ..constants.tuning_tables import TuningTables
 from ..errors import UsageError
 from ..search import SPEEDS
 
-__all__ = ["DesParams", "des_params", "with_overrides", "PARAM_NAMES", "LINK_KINDS", "wire_nbytes"]
+__all__ = ["DesParams", "des_params", "with_overrides", "check_override", "PARAM_NAMES", "LINK_KINDS", "SET_NAMES",
+           "wire_nbytes"]
 
 _NVLS_EFFICIENCY = {90: 0.85, 100: 0.74}  # tuning.cc nvlsEfficiency (2.28.9-2.30.7), Hopper / Blackwell
 _WIRE = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}  # bytes on the wire per data byte
@@ -107,22 +108,31 @@ LINK_KINDS = {"nvlink.bw_gbps": "NVL", "pcie.bw_gbps": "PCI", "c2c.bw_gbps": "C2
               "net.bw_gbps": "NET", "cable.bw_gbps": "CABLE"}
 
 
+SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)  # every name `--set` and `[sweep.set]` take
+
+
+def check_override(name: str, value: float, where: str = "--set") -> None:
+    """A UsageError unless `name` can be set to `value`: a known name, a bandwidth or parameter
+    above 0 (the proxy's post overhead may be 0)."""
+    if name not in SET_NAMES:
+        raise UsageError(f"unknown engine parameter '{name}'", where, ", ".join(SET_NAMES))
+    if name in LINK_KINDS and not value > 0:
+        raise UsageError(f"{name}={value:g}", where, "a bandwidth above 0 GB/s")
+    if name in PARAM_NAMES and PARAM_NAMES[name] != "net_overhead_us" and not value > 0:
+        raise UsageError(f"{name}={value:g}", where, "a value above 0")
+    if not value >= 0:
+        raise UsageError(f"{name}={value:g}", where, "a value of 0 or more")
+
+
 def with_overrides(params: DesParams, values: dict[str, float]) -> DesParams:
-    """`params` with the named values replaced (names as PARAM_NAMES and LINK_KINDS list them)."""
+    """`params` with the named values replaced (names as SET_NAMES lists them)."""
     changes = {}
     links = dict(params.link_bw_gbps)
     for name, value in values.items():
+        check_override(name, value)
         if name in LINK_KINDS:
-            if not value > 0:
-                raise UsageError(f"{name}={value:g}", "--set", "a bandwidth above 0 GB/s")
             links[LINK_KINDS[name]] = float(value)
             continue
-        if name not in PARAM_NAMES:
-            raise UsageError(f"unknown engine parameter '{name}'", "--set", ", ".join([*PARAM_NAMES, *LINK_KINDS]))
         field = PARAM_NAMES[name]
-        if value <= 0 and field != "net_overhead_us":
-            raise UsageError(f"{name}={value:g}", "--set", "a value above 0")
-        if value < 0:
-            raise UsageError(f"{name}={value:g}", "--set", "a value of 0 or more")
         changes[field] = int(value) if field in ("max_chunks", "exact_nodes") else float(value)
     return replace(params, **changes, link_bw_gbps=tuple(sorted(links.items())))
