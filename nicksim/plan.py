@@ -23,6 +23,7 @@ all_reduce (plan_collnet.py); across nodes NVLS and CollNet go through the CollN
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .calls import Call
 from .choose import Choice, CommState, choose
@@ -469,30 +470,46 @@ def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int,
     loop = n_heads * chunk
     rem = part.count % loop
     last_chunk = _align_up(_div_up(rem, n_heads), 16 // elem)
-    scatter, gather, reduce, bcast = [], [], [], []
-    off = 0
-    while off < part.count:
-        if part.count - off < loop:
-            chunk = last_chunk
-        pieces = [(part.offset + off + h * chunk, max(0, min(chunk, part.count - off - h * chunk)))
-                  for h in range(n_heads)]
-        scatter += [Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces]
-        gather += [Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces]
-        if head >= 0:
-            o, n = pieces[head]
-            if up < 0:
-                reduce.append(Prim("nvlsReduceMulticast", o, n, recv_from=(NVLS_SWITCH,) + children,
-                                   send_to=(NVLS_SWITCH,) + children))
-            else:
-                reduce.append(Prim("nvlsReduceSend", o, n, recv_from=(NVLS_SWITCH,) + children, send_to=(up,)))
-                bcast.append(Prim("nvlsRecvMulticast", o, n, recv_from=(up,), send_to=(NVLS_SWITCH,) + children))
-        off += loop
-    streams = [Stream("scatter", tuple(scatter)), Stream("gather", tuple(gather))]
+    rounds = _nvls_tree_rounds(part.offset, part.count, chunk, last_chunk, n_heads)
+    reduce, bcast = [], []
+    for pieces in rounds if head >= 0 else ():
+        o, n = pieces[head]
+        if up < 0:
+            reduce.append(Prim("nvlsReduceMulticast", o, n, recv_from=(NVLS_SWITCH,) + children,
+                               send_to=(NVLS_SWITCH,) + children))
+        else:
+            reduce.append(Prim("nvlsReduceSend", o, n, recv_from=(NVLS_SWITCH,) + children, send_to=(up,)))
+            bcast.append(Prim("nvlsRecvMulticast", o, n, recv_from=(up,), send_to=(NVLS_SWITCH,) + children))
+    streams = list(_nvls_tree_scatter_gather(part.offset, part.count, chunk, last_chunk, n_heads))
     if reduce:
         streams.append(Stream("reduce", tuple(reduce)))
     if bcast:
         streams.append(Stream("broadcast", tuple(bcast)))
     return tuple(streams)
+
+
+@lru_cache(maxsize=256)
+def _nvls_tree_rounds(offset: int, count: int, chunk: int, last_chunk: int, n_heads: int
+                      ) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """(offset, count) of each head's piece, round by round (the last round's chunk is smaller)."""
+    loop, rounds, off = n_heads * chunk, [], 0
+    while off < count:
+        if count - off < loop:
+            chunk = last_chunk
+        rounds.append(tuple((offset + off + h * chunk, max(0, min(chunk, count - off - h * chunk)))
+                            for h in range(n_heads)))
+        off += loop
+    return tuple(rounds)
+
+
+@lru_cache(maxsize=256)
+def _nvls_tree_scatter_gather(offset: int, count: int, chunk: int, last_chunk: int, n_heads: int
+                              ) -> tuple[Stream, Stream]:
+    """Every rank's scatter and gather streams of one channel part: the same on every rank, so built
+    once."""
+    pieces = [p for r in _nvls_tree_rounds(offset, count, chunk, last_chunk, n_heads) for p in r]
+    return (Stream("scatter", tuple(Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces)),
+            Stream("gather", tuple(Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces)))
 
 
 def _pat_streams(plan: Plan, part: ChannelPart, rank: int) -> tuple[Stream, ...]:

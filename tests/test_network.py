@@ -85,3 +85,37 @@ def test_a_transfer_taking_its_predecessors_place_keeps_the_division():
     env.run()
     assert ends == {"a": pytest.approx(800.0), "b": pytest.approx(800.0)}
     assert net.n_divisions == 2
+
+
+def test_what_moves_on_a_solo_link_divides_it_alone():
+    # A proxy-like link (3) that only one-link posts cross: two posts share it (1 GB/s: 2 us each
+    # for 1,000 bytes) while a transfer crosses links 0 and 1. The posts come and go without
+    # re-dividing the other links, and everything arrives when it would with no solo link declared.
+    def scenario(solo):
+        env = simpy.Environment()
+        net = FluidNetwork(env, [10.0, 10.0, 10.0, 1.0], solo_links=solo)
+        ends = {}
+
+        def move(name, at, route, nbytes):
+            yield env.timeout(at)
+            yield net.transfer(route, nbytes)
+            ends[name] = env.now
+
+        env.process(move("bulk", 0, [0, 1], 1e6))
+        for k in range(3):
+            env.process(move(f"post{k}", 10 * k + 5, [3], 1e3))
+            env.process(move(f"again{k}", 10 * k + 5, [3], 1e3))
+        env.run()
+        return ends, net.n_divisions
+
+    plain, plain_divisions = scenario(())
+    solo, solo_divisions = scenario([3])
+    assert solo == pytest.approx(plain)
+    assert solo["bulk"] == pytest.approx(100.0) and solo["post0"] == pytest.approx(7.0)
+    assert solo_divisions == 2 < plain_divisions  # the bulk transfer's start and end only
+
+
+def test_a_route_may_not_mix_a_solo_link_with_others():
+    net = FluidNetwork(simpy.Environment(), [1.0, 1.0], solo_links=[1])
+    with pytest.raises(ValueError):
+        net.transfer([0, 1], 10.0)

@@ -272,7 +272,9 @@ class _Sim:
                     capacity[link] *= fault.factor
         latency = [link.lat_us for link in self.fabric.links] + [0.0] * (len(capacity) - n_fabric)
         self.env = simpy.Environment()
-        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace)
+        # Only a rank's own posts cross its proxy thread: they share it among themselves alone.
+        proxies = [self.router.proxy(rank) for rank in range(job.nranks)]
+        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace, solo_links=proxies)
         self.conns: dict[tuple, _Conn] = {}
         self.waiting: dict[tuple, simpy.Event] = {}
         self.nvls_in: dict[tuple, list] = {}
@@ -289,6 +291,7 @@ class _Sim:
         self.weight: dict[int, int] = {}
         self.groups: dict[int, list[int]] = {}
         self.collapse: Collapse | None = None  # set before run() where nodes behave alike
+        self.simulated: frozenset[int] = frozenset()  # with a collapse: the ranks that run a channel
         self.routes: dict[tuple, tuple] = {}
         self.pat_conns: dict[tuple, list[int]] = {}
         self.last_progress = 0.0
@@ -516,10 +519,14 @@ class _Sim:
 
     def _post(self, proxies: tuple[int, ...], channel: int):
         """The rank's proxy thread posts a network step, sharing its time with every channel's posts
-        (a post of t us is t x 1000 bytes on the proxy's 1 GB/s link)."""
+        (a post of t us is t x 1000 bytes on the proxy's 1 GB/s link). The step waits for its own
+        thread only; the other threads listed get the same post without holding the step up, so
+        that they are as busy as their own ranks' would be."""
         if self.params.net_overhead_us > 0:
             post = self.params.net_overhead_us * 1e3
-            yield self.net.transfer2(proxies, post, 0.0, post, None, self.weight[channel], 0.0)[2]
+            for shadow in proxies[1:]:
+                self.net.transfer2((shadow,), post, 0.0, post, None, self.weight[channel], 0.0)
+            yield self.net.transfer2(proxies[:1], post, 0.0, post, None, self.weight[channel], 0.0)[2]
 
     def _pat_conn(self, channel: int, src: int, dst: int) -> list[int]:
         """[head, tail] of a PAT connection: steps freed by the receiver, steps posted by the sender."""
@@ -541,9 +548,13 @@ class _Sim:
                 yield self._wait(("pat", channel, rank, dst))
 
     def _proxies(self, rank: int, channel: int) -> tuple[int, ...]:
-        """The proxy links a network step of `rank` occupies: its own, or every member's."""
-        members = (rank,) if self.collapse is None else self.collapse.members(rank, channel)
-        return tuple(self.router.proxy(m) for m in members)
+        """The proxy threads a network step of `rank` occupies: its own first, then those of the
+        ranks it stands for that run other channels themselves (the per-channel split); ranks
+        simulated nowhere need no thread."""
+        if self.collapse is None:
+            return (self.router.proxy(rank),)
+        others = [m for m in self.collapse.members(rank, channel) if m != rank and m in self.simulated]
+        return tuple(self.router.proxy(m) for m in [rank] + others)
 
     def _stand_ins(self, peers, channel: int) -> list[int]:
         ranks = [p for p in peers if p >= 0]
@@ -784,6 +795,7 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
     if programs is None:
         sim.collapse = _collapse(sim, run_plan) if collapse else None
         ranks = None if sim.collapse is None else sim.collapse.rep_ranks(job.nranks)
+        sim.simulated = frozenset(ranks or ())
         programs = _programs(job, run_plan, ranks)
         if sim.collapse is not None:  # each channel run by its representatives only
             programs = {r: tuple(p for p in progs if sim.collapse.is_rep(r, p.channel))

@@ -9,10 +9,10 @@ really is. A transfer on no link (a copy inside one GPU) is not limited: its rat
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 __all__ = ["max_min_rates", "fair_rates_flat"]
@@ -25,36 +25,92 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity_gbps: Sequence[float
     over links of the given capacities."""
     uses = [Counter(route) for route in routes]
     sizes = np.array([len(use) for use in uses], dtype=np.int64)
-    owner = np.repeat(np.arange(len(uses)), sizes)
     link = np.array([k for use in uses for k in use], dtype=np.int64)
     times = np.array([t for use in uses for t in use.values()], dtype=float)
-    return fair_rates_flat(link, times, owner, sizes, np.asarray(capacity_gbps, dtype=float)).tolist()
+    return fair_rates_flat(link, times, sizes, np.asarray(capacity_gbps, dtype=float)).tolist()
 
 
-def fair_rates_flat(link: np.ndarray, times: np.ndarray, owner: np.ndarray, sizes: np.ndarray,
-                    capacity_gbps: np.ndarray) -> np.ndarray:
+def fair_rates_flat(link: np.ndarray, times: np.ndarray, sizes: np.ndarray, capacity_gbps: np.ndarray) -> np.ndarray:
     """max_min_rates over the (transfer, link) pairs already laid out flat, as the network keeps
-    them: pair k is transfer `owner[k]` crossing `link[k]` `times[k]` times; `sizes[i]` is transfer
-    i's number of pairs. Progressive filling, vectorised over every pair."""
-    n = len(sizes)
+    them: transfer i owns the next `sizes[i]` pairs, pair k crossing `link[k]` `times[k]` times."""
+    cap = np.ascontiguousarray(capacity_gbps, dtype=np.float64)
+    return _progressive_filling(np.ascontiguousarray(link, dtype=np.int64),
+                                np.ascontiguousarray(times, dtype=np.float64),
+                                np.ascontiguousarray(sizes, dtype=np.int64), cap, _FULL * np.maximum(1.0, cap))
+
+
+@numba.njit(cache=True)
+def _progressive_filling(link, times, sizes, capacity, slack):  # pragma: no cover - compiled
+    # Each round raises every active transfer's rate by the largest step no link can refuse, then
+    # freezes the transfers on the links it filled. Compiled: the network divides its links
+    # thousands of times per call, over tens of thousands of (transfer, link) pairs, and each round
+    # touches only the links still in use and the pairs of the transfers it freezes.
+    n, n_links = sizes.size, capacity.size
     rates = np.zeros(n)
-    times = times.astype(float, copy=False)
-    rates[sizes == 0] = math.inf
-    left = capacity_gbps.astype(float).copy()
-    slack = _FULL * np.maximum(1.0, capacity_gbps)
-    dead = left <= 0
-    active = sizes > 0
-    if dead.any():
-        stuck = np.bincount(owner, weights=dead[link].astype(float), minlength=n) > 0
-        active &= ~stuck
-    while active.any():
-        on = active[owner]
-        weight = np.bincount(link[on], weights=times[on], minlength=len(left))
-        used = weight > 0
-        step = np.min(left[used] / weight[used])
-        rates[active] += step
-        left[used] -= step * weight[used]
-        full = used & (left <= slack)
-        touched = np.bincount(owner[on], weights=full[link[on]].astype(float), minlength=n) > 0
-        active &= ~touched
+    first = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        first[i + 1] = first[i] + sizes[i]
+    left = capacity.copy()
+    active = np.zeros(n, dtype=np.bool_)
+    owner = np.empty(link.size, dtype=np.int64)
+    on_link = np.zeros(n_links + 1, dtype=np.int64)  # active pairs per link, then CSR offsets
+    weight = np.zeros(n_links)
+    for i in range(n):
+        if sizes[i] == 0:
+            rates[i] = np.inf
+            continue
+        alive = True
+        for k in range(first[i], first[i + 1]):
+            owner[k] = i
+            if left[link[k]] <= 0.0:
+                alive = False  # a dead link: the transfer never moves
+        active[i] = alive
+        if alive:
+            for k in range(first[i], first[i + 1]):
+                on_link[link[k] + 1] += 1
+                weight[link[k]] += times[k]
+    count = on_link[1:].copy()
+    for j in range(n_links):
+        on_link[j + 1] += on_link[j]
+    by_link = np.empty(on_link[n_links], dtype=np.int64)
+    fill = on_link[:-1].copy()
+    for k in range(link.size):
+        if active[owner[k]]:
+            by_link[fill[link[k]]] = k
+            fill[link[k]] += 1
+    used = np.flatnonzero(count > 0)
+    m = used.size
+    full = np.empty(m, dtype=np.int64)
+    level = 0.0
+    while m > 0:
+        step = np.inf
+        for j in range(m):
+            share = left[used[j]] / weight[used[j]]
+            if share < step:
+                step = share
+        level += step
+        n_full = 0
+        for j in range(m):
+            x = used[j]
+            left[x] -= step * weight[x]
+            if left[x] <= slack[x]:
+                full[n_full] = x
+                n_full += 1
+        for f in range(n_full):
+            x = full[f]
+            for p in range(on_link[x], on_link[x + 1]):
+                i = owner[by_link[p]]
+                if not active[i]:
+                    continue
+                active[i] = False
+                rates[i] = level
+                for k in range(first[i], first[i + 1]):
+                    weight[link[k]] -= times[k]
+                    count[link[k]] -= 1
+        kept = 0
+        for j in range(m):
+            if count[used[j]] > 0:
+                used[kept] = used[j]
+                kept += 1
+        m = kept
     return rates

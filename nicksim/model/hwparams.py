@@ -64,9 +64,10 @@ class DesParams:
     step_lat_scale: float = 1.0
     launch_scale: float = 1.0
     max_chunks: int = 64
-    # Beyond this many node classes the exact split costs a minute or more a call (NVLS Tree on
-    # 128 DGX H100: 66 s); each channel is then split on its own (symmetry.py): close, not exact.
-    exact_nodes: int = 64
+    # Beyond this many node classes the exact split costs more than a minute a call (its cost grows
+    # about as the square of the nodes: NVLS Tree on 128 DGX H100 takes 39 s); each channel is then
+    # split on its own (symmetry.py): close, not exact.
+    exact_nodes: int = 128
     net_overhead_us: float = 1.0
     ll_max_bw_gbps: float = float("inf")
     # (fabric link kind, GB/s) for every kind whose links the run gives another bandwidth.

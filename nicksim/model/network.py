@@ -9,12 +9,14 @@ re-divided once all that happens at the same simulated instant is known (so a th
 starting together cost one division, not a thousand). Simulated time is in microseconds; 1 GB/s
 moves 1,000 bytes per microsecond. A transfer over a link of no capacity never ends (the engine
 reports what is left waiting as a hang). `bytes_on` and `busy_us` account, per link, what crossed it
-and for how long it carried anything.
+and for how long it carried anything. `solo_links` are links that only one-link transfers cross (a
+proxy thread): what moves on one of them shares it with nothing else, so their transfers starting
+and ending divide that link alone and leave every other rate as it was.
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import simpy
 
@@ -31,12 +33,12 @@ _EPS_US = 1e-9       # transfers this close to arriving arrive together
 
 
 class _Transfer:
-    __slots__ = ("route", "use", "links", "counts", "shape", "left", "rate", "done", "head", "head_left", "sent",
-                 "lat", "tag")
+    __slots__ = ("route", "use", "links", "counts", "shape", "solo", "left", "rate", "done", "head", "head_left",
+                 "sent", "lat", "tag")
 
     def __init__(self, shape: tuple, nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
                  head: simpy.Event | None = None, head_nbytes: float = 0.0):
-        self.route, self.use, self.links, self.counts, self.shape = shape
+        self.route, self.use, self.links, self.counts, self.shape, self.solo = shape
         self.left, self.rate, self.done = float(nbytes), 0.0, done
         self.sent, self.lat = sent, lat
         self.tag = None
@@ -48,15 +50,23 @@ class FluidNetwork:
     """Links of fixed capacity (GB/s) and latency (us) shared fairly by the transfers on them."""
 
     def __init__(self, env: simpy.Environment, capacity_gbps: Sequence[float],
-                 latency_us: Sequence[float] | None = None, record: bool = False):
+                 latency_us: Sequence[float] | None = None, record: bool = False,
+                 solo_links: Iterable[int] = ()):
         self.env = env
         self.capacity = np.array(capacity_gbps, dtype=float)
         self.latency = list(latency_us) if latency_us is not None else [0.0] * len(self.capacity)
+        self._solo_links = frozenset(solo_links)
         self.moving: list[_Transfer] = []    # in the current division, aligned with the arrays below
         self._new: list[_Transfer] = []       # started since, waiting for the next division
         self._left = np.zeros(0)              # bytes each moving transfer has left
         self._head = np.zeros(0)              # `left` at which its first step is in (-inf: none awaited)
         self._rate = np.zeros(0)              # GB/s
+        self._sizes = np.zeros(0, dtype=np.int64)   # links each crosses; then its (link, times) pairs
+        self._pair_link = np.zeros(0, dtype=np.int64)
+        self._pair_times = np.zeros(0)
+        self._solo = np.zeros(0, dtype=bool)  # on a solo link (whose pair is its only one)
+        self._solo_changed = False
+        self._busy_shared = np.zeros(0, dtype=np.int64)  # busy links as of the last full division
         self.bytes_on = [0.0] * len(self.capacity)
         self.busy_us = np.zeros(len(self.capacity))
         self._busy = np.zeros(0, dtype=np.int64)  # links carrying something since the last division
@@ -93,8 +103,8 @@ class FluidNetwork:
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         shape = self._shape(tuple(route), weight)
-        path_lat = shape[5] if route_lat_us is None else route_lat_us
-        item = _Transfer(shape[:5], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
+        path_lat = shape[6] if route_lat_us is None else route_lat_us
+        item = _Transfer(shape[:6], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
         item.tag = tag
         self._start(item)
@@ -108,7 +118,10 @@ class FluidNetwork:
             use = Counter(route)
             links = np.fromiter(use.keys(), dtype=np.int64, count=len(use))
             counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
-            shape = self._shapes[key] = (route, use, links, counts, len(self._shapes),
+            solo = len(use) == 1 and route[0] in self._solo_links
+            if not solo and any(link in self._solo_links for link in use):
+                raise ValueError(f"route {route} crosses a solo link together with others")
+            shape = self._shapes[key] = (route, use, links, counts, len(self._shapes), solo,
                                          sum(self.latency[link] for link in route))
         return shape
 
@@ -156,25 +169,22 @@ class FluidNetwork:
     def _replan(self, _event=None) -> None:
         """Take in the new transfers, re-divide the links, and wake up when the first of the moving
         transfers (or the first step of one) arrives. Between divisions the transfers' remaining
-        bytes, rates and first-step marks live in arrays aligned with `moving`."""
+        bytes, rates, first-step marks and (link, times) pairs live in arrays aligned with `moving`."""
         self._pending = False
         self._advance()
         new = self._new
-        same = not self._dirty and Counter(item.shape for item in new) == self._gone
+        same = not self._dirty and Counter(item.shape for item in new if not item.solo) == self._gone
         if new:
-            self.moving = self.moving + new
-            self._left = np.concatenate([self._left, [item.left for item in new]])
-            self._head = np.concatenate([self._head, [item.head_left if item.head is not None else -np.inf
-                                                      for item in new]])
-            self._new = []
+            self._take_in(new, same)
         if same:
-            if new:
-                self._rate = np.concatenate([self._rate, [self._gone_rate[item.shape] for item in new]])
+            if self._solo_changed:
+                self._divide_solo()
         else:
             self._divide()
         self._gone.clear()
         self._gone_rate.clear()
         self._dirty = False
+        self._solo_changed = False
         self._wake += 1
         moving_on = self._rate > 0
         if moving_on.any():
@@ -184,22 +194,48 @@ class FluidNetwork:
             wake = self._wake
             self.env.timeout(max(0.0, wait)).callbacks.append(lambda _: self._arrive(wake))
 
+    def _take_in(self, new: list[_Transfer], same: bool) -> None:
+        self.moving.extend(new)
+        self._new = []
+        self._left = np.concatenate([self._left, [item.left for item in new]])
+        self._head = np.concatenate([self._head, [item.head_left if item.head is not None else -np.inf
+                                                  for item in new]])
+        self._sizes = np.concatenate([self._sizes, [item.links.size for item in new]]).astype(np.int64)
+        self._pair_link = np.concatenate([self._pair_link] + [item.links for item in new])
+        self._pair_times = np.concatenate([self._pair_times] + [item.counts for item in new])
+        self._solo = np.concatenate([self._solo, [item.solo for item in new]]).astype(bool)
+        if same:  # the shared links' rates stand; a shape back in takes the rate it had
+            self._rate = np.concatenate([self._rate, [0.0 if item.solo else self._gone_rate[item.shape]
+                                                      for item in new]])
+            self._solo_changed |= any(item.solo for item in new)
+
     def _divide(self) -> None:
         """Max-min fair rates for every moving transfer (flows.py), and the links they keep busy."""
         self.n_divisions += 1
-        moving = self.moving
-        if moving:
-            sizes = np.array([item.links.size for item in moving], dtype=np.int64)
-            owner = np.repeat(np.arange(len(moving)), sizes)
-            link = np.concatenate([item.links for item in moving])
-            self._rate = fair_rates_flat(link, np.concatenate([item.counts for item in moving]), owner, sizes,
-                                         self.capacity)
+        if self.moving:
+            owner = np.repeat(np.arange(len(self.moving)), self._sizes)
+            self._rate = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity)
             busy = np.zeros(len(self.capacity), dtype=bool)
-            busy[link[self._rate[owner] > 0]] = True
-            self._busy = np.flatnonzero(busy)
+            busy[self._pair_link[(self._rate[owner] > 0) & ~self._solo[owner]]] = True
+            self._busy_shared = np.flatnonzero(busy)
         else:
             self._rate = np.zeros(0)
-            self._busy = np.zeros(0, dtype=np.int64)
+            self._busy_shared = np.zeros(0, dtype=np.int64)
+        self._divide_solo()
+
+    def _divide_solo(self) -> None:
+        """The solo links' rates alone: each link's capacity shared by what crosses it (a transfer
+        of weight k as k)."""
+        solo = np.flatnonzero(self._solo)
+        busy = self._busy_shared
+        if solo.size:
+            first = np.cumsum(self._sizes) - self._sizes
+            link, times = self._pair_link[first[solo]], self._pair_times[first[solo]]
+            load = np.bincount(link, weights=times, minlength=len(self.capacity))
+            self._rate[solo] = self.capacity[link] / load[link]
+            # Solo links are never shared ones; a link listed twice is counted once by busy_us.
+            busy = np.concatenate([busy, link[self.capacity[link] > 0]])
+        self._busy = busy
         if self.series is not None:
             self._record()
 
@@ -227,10 +263,17 @@ class FluidNetwork:
             gone = np.flatnonzero(arrived).tolist()
             done = [self.moving[i] for i in gone]
             for i, item in zip(gone, done):
-                self._gone[item.shape] += 1
-                self._gone_rate[item.shape] = float(self._rate[i])
-            self.moving = [item for item, k in zip(self.moving, keep.tolist()) if k]
+                if item.solo:
+                    self._solo_changed = True
+                else:
+                    self._gone[item.shape] += 1
+                    self._gone_rate[item.shape] = float(self._rate[i])
+            for i in reversed(gone):
+                del self.moving[i]
+            pair_keep = np.repeat(keep, self._sizes)
+            self._pair_link, self._pair_times = self._pair_link[pair_keep], self._pair_times[pair_keep]
             self._left, self._head, self._rate = self._left[keep], self._head[keep], self._rate[keep]
+            self._sizes, self._solo = self._sizes[keep], self._solo[keep]
             for item in done:
                 self._fire_head(item)
                 self._finish(item)
