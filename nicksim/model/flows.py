@@ -27,20 +27,26 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity_gbps: Sequence[float
     sizes = np.array([len(use) for use in uses], dtype=np.int64)
     link = np.array([k for use in uses for k in use], dtype=np.int64)
     times = np.array([t for use in uses for t in use.values()], dtype=float)
-    return fair_rates_flat(link, times, sizes, np.asarray(capacity_gbps, dtype=float)).tolist()
+    return fair_rates_flat(link, times, sizes, np.asarray(capacity_gbps, dtype=float))[0].tolist()
 
 
-def fair_rates_flat(link: np.ndarray, times: np.ndarray, sizes: np.ndarray, capacity_gbps: np.ndarray) -> np.ndarray:
+def fair_rates_flat(link: np.ndarray, times: np.ndarray, sizes: np.ndarray, capacity_gbps: np.ndarray,
+                    skip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """max_min_rates over the (transfer, link) pairs already laid out flat, as the network keeps
-    them: transfer i owns the next `sizes[i]` pairs, pair k crossing `link[k]` `times[k]` times."""
-    cap = np.ascontiguousarray(capacity_gbps, dtype=np.float64)
+    them: transfer i owns the next `sizes[i]` pairs, pair k crossing `link[k]` `times[k]` times.
+    Transfers marked in `skip` are left out (rate 0, their links not counted). Returns the rates
+    and the links that the transfers that move keep busy."""
+    if skip is None:
+        skip = np.zeros(len(sizes), dtype=np.bool_)
     return _progressive_filling(np.ascontiguousarray(link, dtype=np.int64),
                                 np.ascontiguousarray(times, dtype=np.float64),
-                                np.ascontiguousarray(sizes, dtype=np.int64), cap, _FULL * np.maximum(1.0, cap))
+                                np.ascontiguousarray(sizes, dtype=np.int64),
+                                np.ascontiguousarray(capacity_gbps, dtype=np.float64),
+                                np.ascontiguousarray(skip, dtype=np.bool_))
 
 
 @numba.njit(cache=True)
-def _progressive_filling(link, times, sizes, capacity, slack):  # pragma: no cover - compiled
+def _progressive_filling(link, times, sizes, capacity, skip):  # pragma: no cover - compiled
     # Each round raises every active transfer's rate by the largest step no link can refuse, then
     # freezes the transfers on the links it filled. Compiled: the network divides its links
     # thousands of times per call, over tens of thousands of (transfer, link) pairs, and each round
@@ -52,16 +58,16 @@ def _progressive_filling(link, times, sizes, capacity, slack):  # pragma: no cov
         first[i + 1] = first[i] + sizes[i]
     left = capacity.copy()
     active = np.zeros(n, dtype=np.bool_)
-    owner = np.empty(link.size, dtype=np.int64)
     on_link = np.zeros(n_links + 1, dtype=np.int64)  # active pairs per link, then CSR offsets
     weight = np.zeros(n_links)
     for i in range(n):
         if sizes[i] == 0:
             rates[i] = np.inf
             continue
+        if skip[i]:
+            continue
         alive = True
         for k in range(first[i], first[i + 1]):
-            owner[k] = i
             if left[link[k]] <= 0.0:
                 alive = False  # a dead link: the transfer never moves
         active[i] = alive
@@ -72,13 +78,15 @@ def _progressive_filling(link, times, sizes, capacity, slack):  # pragma: no cov
     count = on_link[1:].copy()
     for j in range(n_links):
         on_link[j + 1] += on_link[j]
-    by_link = np.empty(on_link[n_links], dtype=np.int64)
+    crossing = np.empty(on_link[n_links], dtype=np.int64)  # per link, the transfers crossing it
     fill = on_link[:-1].copy()
-    for k in range(link.size):
-        if active[owner[k]]:
-            by_link[fill[link[k]]] = k
-            fill[link[k]] += 1
+    for i in range(n):
+        if active[i]:
+            for k in range(first[i], first[i + 1]):
+                crossing[fill[link[k]]] = i
+                fill[link[k]] += 1
     used = np.flatnonzero(count > 0)
+    busy = used.copy()
     m = used.size
     full = np.empty(m, dtype=np.int64)
     level = 0.0
@@ -93,13 +101,13 @@ def _progressive_filling(link, times, sizes, capacity, slack):  # pragma: no cov
         for j in range(m):
             x = used[j]
             left[x] -= step * weight[x]
-            if left[x] <= slack[x]:
+            if left[x] <= _FULL * max(1.0, capacity[x]):
                 full[n_full] = x
                 n_full += 1
         for f in range(n_full):
             x = full[f]
             for p in range(on_link[x], on_link[x + 1]):
-                i = owner[by_link[p]]
+                i = crossing[p]
                 if not active[i]:
                     continue
                 active[i] = False
@@ -113,4 +121,4 @@ def _progressive_filling(link, times, sizes, capacity, slack):  # pragma: no cov
                 used[kept] = used[j]
                 kept += 1
         m = kept
-    return rates
+    return rates, busy

@@ -213,11 +213,8 @@ class FluidNetwork:
         """Max-min fair rates for every moving transfer (flows.py), and the links they keep busy."""
         self.n_divisions += 1
         if self.moving:
-            owner = np.repeat(np.arange(len(self.moving)), self._sizes)
-            self._rate = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity)
-            busy = np.zeros(len(self.capacity), dtype=bool)
-            busy[self._pair_link[(self._rate[owner] > 0) & ~self._solo[owner]]] = True
-            self._busy_shared = np.flatnonzero(busy)
+            self._rate, self._busy_shared = fair_rates_flat(self._pair_link, self._pair_times, self._sizes,
+                                                            self.capacity, self._solo)
         else:
             self._rate = np.zeros(0)
             self._busy_shared = np.zeros(0, dtype=np.int64)
