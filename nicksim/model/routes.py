@@ -162,9 +162,12 @@ class Router:
     def _nvs(self, node: int, local: int, up: bool) -> tuple[int, ...]:
         if self.nvs is None:
             raise UsageError("NVLS traffic on a node without an NVSwitch", "model", "NVSwitch systems")
-        gpu = self.system.gpu_by_rank(local)
-        a, b = (gpu, self.nvs) if up else (self.nvs, gpu)
-        return self._cached(("nvs", node, local, up), lambda: node_route(self.fabric, node, a, b))
+        key = ("nvs", node, local, up)
+        if key not in self._cache:
+            gpu = self.system.gpu_by_rank(local)
+            a, b = (gpu, self.nvs) if up else (self.nvs, gpu)
+            self._cache[key] = node_route(self.fabric, node, a, b)
+        return self._cache[key]
 
     def collnet_up(self, channel: int, rank: int) -> tuple[int, ...]:
         return self._collnet(channel, rank, up=True)
