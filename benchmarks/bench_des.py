@@ -11,7 +11,7 @@ Three parts, each against a peer measured in the same run:
   resident memory), against the model engine's answer for the same job, up to 1024 GPUs — the bars
   are 60 s and 4 GB: with SHARP (NCCL's choice is NVLS across nodes; every node behaves alike and
   is simulated once) and without (NVLS Tree: the two trees together set every node apart, so up to
-  64 nodes every node is simulated, and beyond that each channel's nodes are split on their own —
+  128 nodes every node is simulated, and beyond that each channel's nodes are split on their own —
   `split` says which).
 `--plot FILE` draws the growth series (seconds and transfers) to a PNG. Run:
 

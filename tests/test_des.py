@@ -339,9 +339,9 @@ def test_symmetric_nodes_collapse_and_broken_symmetry_does_not():
 def test_each_channel_split_on_its_own_stays_close_to_the_exact_split(late):
     # Eight DGX H100 run NVLS Tree: the two trees together set every node apart (8 exact classes),
     # each tree alone leaves a few per depth. The per-channel split (forced with des.exact_nodes=2)
-    # loses the phase between a node's tree-0 and tree-1 channels on its shared NVSwitch ports: the
+    # loses the phase between a node's tree-0 and tree-1 channels on its proxy thread and ports: the
     # bytes stay, the time stays within 1% at 256 MiB (bandwidth-bound) and within 8% at 64 MiB.
-    # The exact split stays the default up to 64 classes.
+    # The exact split stays the default up to 128 classes.
     job = job_of(nodes=8)
     setup = des_setup(job, stragglers=late)
     apart_setup = replace(setup, params=replace(setup.params, exact_nodes=2), derived={})
