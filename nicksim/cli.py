@@ -136,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.set_defaults(run=_run_search)
     _add_perf_parser(sub)
     _add_sweep_parser(sub)
+    _add_validate_parser(sub)
     _add_alphabeta_parser(sub)
     return parser
 
@@ -244,6 +245,43 @@ def _run_sweep(args, params: Params) -> int:
     failed = sum(1 for row in rows if row.get("error"))
     if failed:
         _warn([f"{failed} of {len(rows)} rows have an error (see the error column)"])
+    return 0
+
+
+def _add_validate_parser(sub) -> None:
+    va = sub.add_parser("validate", help="compare an engine with real nccl-tests runs (validation cases)")
+    va.add_argument("cases", nargs="?", metavar="DIR",
+                    help="a folder of case files (*.toml) or one case file (default: the project's validation/)")
+    va.add_argument("--engine", action="append", choices=["model", "des"],
+                    help="the engine to validate (repeatable; default model)")
+    va.add_argument("--calibration", metavar="FILE", help="DES parameters to use: a TOML [set] table of --set names")
+    va.add_argument("-J", "--output-json", metavar="FILE", help="write every case's points and errors as JSON")
+    va.add_argument("--plots", metavar="DIR", help="write one PNG per case here: measured and predicted busbw")
+    va.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    va.set_defaults(run=_run_validate)
+
+
+def _run_validate(args, params: Params) -> int:
+    from .validate import (default_dir, find_cases, format_report, plot_case, read_calibration, report_json,
+                           run_case)
+    cases = find_cases(args.cases or default_dir())
+    engines = list(dict.fromkeys(args.engine or ["model"]))
+    calibration = read_calibration(args.calibration) if args.calibration else None
+    if args.plots:
+        try:
+            Path(args.plots).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot make the folder: {exc.strerror}", args.plots, "a writable folder") from None
+    by_engine = {engine: [run_case(case, engine, calibration) for case in cases] for engine in engines}
+    for i, (engine, results) in enumerate(by_engine.items()):
+        if i:
+            print()
+        print("\n".join(format_report(results, engine)))
+    if args.output_json:
+        _write_json(args.output_json, {"engines": [report_json(results, engine) for engine, results in by_engine.items()]})
+    if args.plots:
+        for k, case in enumerate(cases):
+            plot_case([results[k] for results in by_engine.values()], Path(args.plots) / f"{case.name}.png")
     return 0
 
 

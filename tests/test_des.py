@@ -523,3 +523,13 @@ def test_call_sequences_name_ranks_the_job_has():
         simulate_sequences(des_setup(job), {8: _calls(job, "all_reduce")})
     with pytest.raises(UsageError):
         simulate_sequences(des_setup(job), {0: []})
+
+
+@pytest.mark.parametrize("version", ["2.22", "2.26", "2.27", "2.30"])
+def test_one_node_runs_on_every_release_with_channel_partitions(version):
+    # Up to 2.27 a one-node communicator drops its NICs from its view (ncclTopoTrimSystem): the
+    # fabric is still the node's, and the DES agrees with the formula at 1 GiB as it does on 2.30.
+    job = load_job(JobSpec(system="dgx-h100", nccl_version=version), read_params({}))
+    model_us, run = times(job, "all_reduce", 1 << 30)
+    assert len(job.paths.system.nets()) == (0 if version <= "2.27" else 8)
+    assert run.time_us == pytest.approx(model_us, rel=0.15)

@@ -60,7 +60,9 @@ def _cable_label(key) -> str:
 def build_fabric(cluster: Cluster) -> Fabric:
     """All directed links of `cluster`: node links per node copy, then the network's cables."""
     system = cluster.paths.system
-    if system is not cluster.paths.node_system:
+    # The rank's view may lack the node's NICs (a one-node communicator before 2.27 drops them),
+    # but its GPUs must be the node's: a host split into domains runs as a node per domain (job.py).
+    if len(system.gpus()) != len(cluster.paths.node_system.gpus()):
         raise UsageError("the fabric is only modelled when every GPU of a node is in one P2P/SHM domain",
                          "model", "a node whose GPUs all reach each other")
     local: dict[tuple[int, int], int] = {}

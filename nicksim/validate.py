@@ -1,0 +1,438 @@
+"""Accuracy against real runs: validation cases, their busbw errors by size band, a report and plots.
+
+A case (a TOML file, `validation/*.toml`) states what a real nccl-tests run ran on — the system as
+`nicksim perf`'s options name it (catalog name or topology file, nodes, fabric, NIC speed, NCCL
+version), the NCCL environment, the collective and data type — and where its measured rows are (an
+nccl-tests output, JSON, or a case file of CSV blocks; a relative path is taken from the case
+file's folder). `load_case(path)` promises a Case or a UsageError naming the file and key;
+`run_case(case, engine)` asks an engine for every measured size and promises a CaseResult (one
+Point per size: measured and predicted bus bandwidth, the algorithm and protocol chosen), or one
+that says why the case could not run (its measurements are missing, say). Errors are
+predicted / measured - 1, reported by size band and summarised, as the targets are stated, as the
+median and worst absolute error over sizes of at least 1 MiB. A case may say why it cannot be met
+(`gap`) and what NCCL is known to have chosen at some sizes (`[expect]`), which the report checks.
+
+Schema (every key but `measured`, `collective` and `[system]`'s `system` is optional):
+
+    title = "Lambda: 2 nodes x 8 B200, InfiniBand"
+    source = "github.com/dstackai/dstack mkdocs/docs/examples/clusters/lambda.md @ d2fdd17"
+    measured = "../../shared/validation/cases/C11.md"
+    collective = "all_reduce"
+    nranks = 16          # which table of the file (with the collective); `table = 2`: the 2nd of them
+    dtype = "float"      # default: the table's
+    in_place = false     # compare the in-place columns
+    gap = ""             # why the case cannot be met, where it cannot
+    [system]             # JobSpec fields: system nodes nccl_version gpu gpus_per_node fabric nics_per_node
+    system = "dgx-b200"  #   nic_gbps oversubscription hosts_per_leaf rail_optimized switch_lat_us sharp
+    nodes = 2
+    nccl_version = "2.26.2"
+    [env]
+    NCCL_IB_HCA = "^mlx5_0"
+    [expect]             # size -> ALGO or ALGO/PROTO that the case shows NCCL chose
+    "1G" = "NVLS"
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .calls import collective_name
+from .errors import NickSimError, UsageError
+from .job import JobSpec, load_job
+from .params import read_params
+from .perf import parse_size, perf_rows
+from .report import MeasuredTable, read_results
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = ["Case", "Point", "CaseResult", "BANDS", "SCORED_MIN_NBYTES", "load_case", "find_cases", "default_dir",
+           "run_case", "band_of", "summary", "format_report", "report_json", "plot_case", "read_calibration"]
+
+MiB = 1 << 20
+# The bands the report splits errors by; the targets are stated over sizes of at least 1 MiB.
+BANDS = (("<64K", 0, 64 << 10), ("64K-16M", 64 << 10, 16 * MiB), ("16M-256M", 16 * MiB, 256 * MiB),
+         (">=256M", 256 * MiB, math.inf))
+SCORED_MIN_NBYTES = 1 * MiB
+
+_SYSTEM_KEYS = {"system": str, "nodes": int, "nccl_version": str, "gpu": str, "gpus_per_node": int, "fabric": str,
+                "nics_per_node": int, "nic_gbps": float, "oversubscription": float, "hosts_per_leaf": int,
+                "rail_optimized": bool, "switch_lat_us": float, "sharp": bool}
+_CASE_KEYS = {"title", "source", "measured", "collective", "nranks", "table", "dtype", "in_place", "gap", "system",
+              "env", "expect", "name"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One real run to compare against: the system and call it states and where its rows are."""
+
+    name: str
+    path: str
+    title: str
+    source: str
+    spec: JobSpec
+    env: tuple[tuple[str, str], ...]
+    collective: str
+    measured: str
+    nranks: int | None = None
+    table: int = 1
+    dtype: str | None = None
+    in_place: bool = False
+    gap: str = ""
+    expect: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Point:
+    """One size: measured and predicted bus bandwidth (GB/s) and what the engine's plan chose."""
+
+    nbytes: int
+    measured_busbw_gbps: float
+    predicted_busbw_gbps: float
+    algorithm: str
+    protocol: str
+    n_channels: int
+    expected: str | None = None
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted_busbw_gbps / self.measured_busbw_gbps - 1.0)
+
+    @property
+    def expected_ok(self) -> bool | None:
+        if self.expected is None:
+            return None
+        algo, _, proto = self.expected.partition("/")
+        return algo == self.algorithm and (not proto or proto == self.protocol)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """A case run by one engine: its points in size order, or `error` saying why it did not run."""
+
+    case: Case
+    engine: str
+    points: tuple[Point, ...] = ()
+    error: str | None = None
+    nranks: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def scored(self, band: str | None = None) -> list[float]:
+        """Absolute errors (%) of the sizes the targets count (>= 1 MiB), or of one band."""
+        if band is not None:
+            return [abs(p.error_pct) for p in self.points if band_of(p.nbytes) == band]
+        return [abs(p.error_pct) for p in self.points if p.nbytes >= SCORED_MIN_NBYTES]
+
+    def bias(self) -> float | None:
+        """The median signed error (%) over the scored sizes: > 0 predicts faster than measured."""
+        signed = [p.error_pct for p in self.points if p.nbytes >= SCORED_MIN_NBYTES]
+        return statistics.median(signed) if signed else None
+
+    def scored_large(self) -> list[float]:
+        return [abs(p.error_pct) for p in self.points if p.nbytes >= 256 * MiB]
+
+
+def band_of(nbytes: int) -> str:
+    return next(name for name, low, high in BANDS if low <= nbytes < high)
+
+
+def default_dir() -> Path:
+    """The project's own cases: `validation/` beside the package."""
+    return Path(__file__).resolve().parent.parent / "validation"
+
+
+# --- reading cases ----------------------------------------------------------------------------
+
+def _typed(value, kind: type, where: str):
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise UsageError(f"{value!r} is not a {kind.__name__}", where, f"a {kind.__name__}")
+    return value
+
+
+def load_case(path: str | Path) -> Case:
+    """The case a TOML file states (see the module docstring for its keys)."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable case file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"not TOML: {exc}", str(path), "a TOML case file") from None
+    where = str(path)
+    unknown = sorted(set(doc) - _CASE_KEYS)
+    if unknown:
+        raise UsageError(f"unknown key '{unknown[0]}'", where, ", ".join(sorted(_CASE_KEYS)))
+    for key in ("measured", "collective", "system"):
+        if key not in doc:
+            raise UsageError(f"no '{key}'", where, "a case with measured, collective and [system]")
+    system = doc["system"]
+    if not isinstance(system, dict) or "system" not in system:
+        raise UsageError("[system] names no system", where, "a [system] table with system = NAME or FILE")
+    spec_args = {}
+    for key, value in system.items():
+        if key not in _SYSTEM_KEYS:
+            raise UsageError(f"unknown key '{key}' in [system]", where, ", ".join(_SYSTEM_KEYS))
+        spec_args[key] = _typed(value, _SYSTEM_KEYS[key], f"{where}: [system] {key}")
+    if "/" in spec_args["system"] or spec_args["system"].endswith(".xml"):
+        spec_args["system"] = str((path.parent / spec_args["system"]).resolve())
+    env = doc.get("env", {})
+    if not isinstance(env, dict):
+        raise UsageError("[env] is not a table", where, "NCCL_NAME = \"value\" pairs")
+    try:
+        collective = collective_name(_typed(doc["collective"], str, f"{where}: collective"))
+    except NickSimError as exc:
+        raise UsageError(exc.what, f"{where}: collective", exc.valid) from None
+    expect = []
+    for size, choice in doc.get("expect", {}).items():
+        expect.append((parse_size(size, f"{where}: [expect]"), _typed(choice, str, f"{where}: [expect] {size}")))
+    measured = _typed(doc["measured"], str, f"{where}: measured")
+    return Case(
+        name=_typed(doc.get("name", path.stem), str, f"{where}: name"), path=where,
+        title=_typed(doc.get("title", ""), str, f"{where}: title"),
+        source=_typed(doc.get("source", ""), str, f"{where}: source"),
+        spec=JobSpec(**spec_args, where=where), env=tuple((str(k), str(v)) for k, v in env.items()),
+        collective=collective, measured=str((path.parent / measured).resolve()),
+        nranks=_typed(doc["nranks"], int, f"{where}: nranks") if "nranks" in doc else None,
+        table=_typed(doc.get("table", 1), int, f"{where}: table"),
+        dtype=_typed(doc["dtype"], str, f"{where}: dtype") if "dtype" in doc else None,
+        in_place=_typed(doc.get("in_place", False), bool, f"{where}: in_place"),
+        gap=_typed(doc.get("gap", ""), str, f"{where}: gap"), expect=tuple(sorted(expect)))
+
+
+def find_cases(directory: str | Path) -> list[Case]:
+    """Every case in a folder (its *.toml files, by name) or the one case a file is."""
+    directory = Path(directory)
+    if directory.is_file():
+        return [load_case(directory)]
+    if not directory.is_dir():
+        raise UsageError("no such file or folder", str(directory), "a folder of case files, or one case file")
+    files = sorted(directory.glob("*.toml"))
+    if not files:
+        raise UsageError("no case files (*.toml)", str(directory), "a folder of case files")
+    return [load_case(f) for f in files]
+
+
+def read_calibration(path: str | Path) -> dict[str, float]:
+    """DES parameters from a calibration file: a TOML table `[set]` of `--set` names and values."""
+    from .model.hwparams import check_override
+    try:
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable calibration file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"not TOML: {exc}", str(path), "a TOML file with a [set] table") from None
+    values = doc.get("set")
+    if not isinstance(values, dict):
+        raise UsageError("no [set] table", str(path), "[set] with NAME = number lines, as --set takes them")
+    out = {}
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UsageError(f"{name} = {value!r}", str(path), "a number")
+        check_override(name, float(value), f"{path}: [set] {name}")
+        out[name] = float(value)
+    return out
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def _measured_table(case: Case) -> MeasuredTable:
+    text = Path(case.measured).read_text(encoding="utf-8", errors="replace")
+    tables = [t for t in read_results(text, case.measured)
+              if t.collective in (None, case.collective) and (case.nranks is None or t.nranks in (None, case.nranks))]
+    if len(tables) < case.table:
+        raise UsageError(f"no {case.collective} table #{case.table} for {case.nranks or 'any number of'} ranks",
+                         case.measured, "a file holding the case's table")
+    return tables[case.table - 1]
+
+
+def _measured_busbw(row, in_place: bool) -> float | None:
+    m = row.in_place if in_place else row.out_of_place
+    return m.busbw_gbps if m is not None else None
+
+
+def run_case(case: Case, engine: str = "model", calibration: dict[str, float] | None = None) -> CaseResult:
+    """The case's measured sizes answered by `engine` (with DES parameters from `calibration`)."""
+    if not Path(case.measured).is_file():
+        return CaseResult(case, engine, error=f"measurements not found: {case.measured}")
+    try:
+        table = _measured_table(case)
+        job = load_job(case.spec, read_params({}, [f"{k}={v}" for k, v in case.env]))
+        if table.nranks is not None and table.nranks != job.nranks:
+            raise UsageError(f"the system has {job.nranks} ranks, the measurements {table.nranks}", case.path,
+                             "a [system] with as many GPUs as the measured run")
+        setup = None
+        if engine == "des":
+            from .model.engine import default_params, des_setup
+            from .model.hwparams import with_overrides
+            setup = des_setup(job, with_overrides(default_params(job), calibration or {}))
+        measured = [(row.nbytes, _measured_busbw(row, case.in_place)) for row in table.rows]
+        measured = [(n, b) for n, b in measured if b]  # rows too small to show a bandwidth say nothing
+        dtype = case.dtype or table.dtype or "float"
+        rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, engine, setup)
+    except NickSimError as exc:
+        return CaseResult(case, engine, error=exc.line())
+    expect = dict(case.expect)
+    points = []
+    for (nbytes, busbw), (row, result) in zip(measured, rows):
+        if row is None:
+            return CaseResult(case, engine, error=f"the {engine} run hangs at {nbytes} bytes")
+        points.append(Point(nbytes, busbw, row.out_of_place.busbw_gbps, result.algorithm, result.protocol,
+                            result.n_channels, expect.get(nbytes)))
+    return CaseResult(case, engine, tuple(points), nranks=job.nranks)
+
+
+# --- summaries --------------------------------------------------------------------------------
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summary(results: list[CaseResult]) -> dict:
+    """Overall figures: the median absolute error of every scored size of every case that ran,
+    at >= 256 MiB alone, and the cases that meet the targets (<= 10% and <= 5% at >= 256 MiB)."""
+    ran = [r for r in results if r.error is None and r.points]
+    scored = [e for r in ran for e in r.scored()]
+    large = [e for r in ran for e in r.scored_large()]
+    meeting = [r.case.name for r in ran if _meets(r)]
+    expected = [p.expected_ok for r in ran for p in r.points if p.expected is not None]
+    return {"cases": len(results), "ran": len(ran), "points": len(scored),
+            "median_pct": _median(scored), "median_ge256m_pct": _median(large),
+            "worst_pct": max(scored) if scored else None, "meeting_targets": meeting,
+            "expected_choices": len(expected), "expected_matched": sum(1 for ok in expected if ok)}
+
+
+def _meets(result: CaseResult) -> bool:
+    med, large = _median(result.scored()), _median(result.scored_large())
+    return med is not None and med <= 10.0 and (large is None or large <= 5.0)
+
+
+def _pct(value: float | None, width: int = 7) -> str:
+    return f"{value:{width}.1f}" if value is not None else f"{'-':>{width}}"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return str(nbytes)
+
+
+def _choices(result: CaseResult) -> str:
+    """The plans the engine chose, as runs of sizes: `Ring/LL <=512K, NVLS/Simple >=1M`."""
+    runs: list[list] = []
+    for p in result.points:
+        plan = f"{p.algorithm}/{p.protocol}"
+        if runs and runs[-1][0] == plan:
+            runs[-1][2] = p.nbytes
+        else:
+            runs.append([plan, p.nbytes, p.nbytes])
+    return ", ".join(f"{plan} {_size(lo)}" + (f"-{_size(hi)}" if hi != lo else "") for plan, lo, hi in runs)
+
+
+def format_report(results: list[CaseResult], engine: str, unexpressed: list[str] = ()) -> list[str]:
+    """The text report: one summary line per case, then each case's sizes, then the overall line."""
+    band_names = [name for name, _, _ in BANDS]
+    lines = [f"# nicksim validate --engine {engine}: busbw error = predicted / measured - 1, "
+             f"median and worst of |error| and median error (bias) over sizes >= 1 MiB, medians by size band",
+             f"# {'case':<22} {'collective':<14} {'ranks':>5} {'median%':>7} {'bias%':>7} {'worst%':>7} {'>=256M%':>7} "
+             + " ".join(f"{b:>8}" for b in band_names) + "  target"]
+    for r in results:
+        if r.error is not None:
+            lines.append(f"  {r.case.name:<22} {r.case.collective:<14} {'':>5} not run: {r.error}")
+            continue
+        med, worst = _median(r.scored()), max(r.scored(), default=None)
+        bands = " ".join(_pct(_median(r.scored(b)), 8) for b in band_names)
+        lines.append(f"  {r.case.name:<22} {r.case.collective:<14} {r.nranks:>5} {_pct(med)} {_pct(r.bias())} {_pct(worst)} "
+                     f"{_pct(_median(r.scored_large()))} {bands}  {'met' if _meets(r) else 'MISSED'}")
+    for r in results:
+        if r.error is not None:
+            continue
+        lines += ["", f"## {r.case.name}: {r.case.title}", f"# source: {r.case.source}",
+                  f"# system: {_spec_text(r.case)}", f"# chose: {_choices(r)}"]
+        if r.case.gap:
+            lines.append(f"# why not met: {r.case.gap}")
+        lines.append(f"# {'size':>12} {'measured':>9} {'predicted':>9} {'error%':>7}  plan")
+        for p in r.points:
+            check = "" if p.expected is None else f"  (NCCL chose {p.expected}: {'ok' if p.expected_ok else 'DIFFERS'})"
+            lines.append(f"  {p.nbytes:>12} {p.measured_busbw_gbps:>9.2f} {p.predicted_busbw_gbps:>9.2f} "
+                         f"{p.error_pct:>7.1f}  {p.algorithm}/{p.protocol} {p.n_channels}ch{check}")
+    s = summary(results)
+    lines += ["", f"# overall: {s['ran']} of {s['cases']} cases ran, {s['points']} sizes >= 1 MiB: median |error| "
+              f"{_pct(s['median_pct'], 0)}%, at >= 256 MiB {_pct(s['median_ge256m_pct'], 0)}%, worst "
+              f"{_pct(s['worst_pct'], 0)}%; targets (median <= 10%, <= 5% at >= 256 MiB) met by "
+              f"{len(s['meeting_targets'])} of {s['ran']}"]
+    if s["expected_choices"]:
+        lines.append(f"# NCCL's known choices matched: {s['expected_matched']} of {s['expected_choices']}")
+    for name in unexpressed:
+        lines.append(f"# not expressed: {name} (no case file states its system)")
+    return lines
+
+
+def _spec_text(case: Case) -> str:
+    spec = case.spec
+    parts = [Path(spec.system).name if spec.system else "default", f"{spec.nodes} node(s)", f"NCCL {spec.nccl_version}"]
+    for key in ("gpus_per_node", "fabric", "nics_per_node", "nic_gbps", "sharp"):
+        value = getattr(spec, key)
+        if value:
+            parts.append(f"{key}={value}")
+    parts += [f"{k}={v}" for k, v in case.env]
+    return ", ".join(parts)
+
+
+def report_json(results: list[CaseResult], engine: str) -> dict:
+    cases = []
+    for r in results:
+        entry = {"name": r.case.name, "title": r.case.title, "source": r.case.source, "file": r.case.path,
+                 "collective": r.case.collective, "system": _spec_text(r.case), "gap": r.case.gap or None,
+                 "error": r.error}
+        if r.error is None:
+            entry.update(nranks=r.nranks, median_pct=_median(r.scored()), bias_pct=r.bias(),
+                         worst_pct=max(r.scored(), default=None),
+                         median_ge256m_pct=_median(r.scored_large()), meets_targets=_meets(r),
+                         bands={b: _median(r.scored(b)) for b, _, _ in BANDS},
+                         points=[{"nbytes": p.nbytes, "measured_busbw_gbps": p.measured_busbw_gbps,
+                                  "predicted_busbw_gbps": round(p.predicted_busbw_gbps, 4),
+                                  "error_pct": round(p.error_pct, 3), "algorithm": p.algorithm,
+                                  "protocol": p.protocol, "nchannels": p.n_channels, "expected": p.expected}
+                                 for p in r.points])
+        cases.append(entry)
+    return {"engine": engine, "summary": summary(results), "cases": cases}
+
+
+def plot_case(results: list[CaseResult], path: str | Path) -> None:
+    """Measured and predicted busbw against size (one line per engine), and the error below."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ran = [r for r in results if r.error is None and r.points]
+    if not ran:
+        return
+    case = ran[0].case
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+    sizes = [p.nbytes for p in ran[0].points]
+    top.plot(sizes, [p.measured_busbw_gbps for p in ran[0].points], "ko-", label="measured", markersize=4)
+    for r, style in zip(ran, ("s--", "^:", "d-.")):
+        top.plot([p.nbytes for p in r.points], [p.predicted_busbw_gbps for p in r.points], style,
+                 label=f"{r.engine} (median |err| {_pct(_median(r.scored()), 0)}%)", markersize=4)
+        bottom.plot([p.nbytes for p in r.points], [p.error_pct for p in r.points], style, markersize=4, label=r.engine)
+    top.set_xscale("log", base=2)
+    top.set_ylabel("busbw (GB/s)")
+    top.set_title(f"{case.name}: {case.title}", fontsize=9)
+    top.legend(fontsize=8)
+    top.grid(alpha=0.3)
+    bottom.axhline(0, color="k", linewidth=0.8)
+    for edge in (-10, 10):
+        bottom.axhline(edge, color="grey", linewidth=0.5, linestyle="--")
+    bottom.set_ylabel("error %")
+    bottom.set_xlabel("size (bytes)")
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
