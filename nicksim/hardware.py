@@ -70,6 +70,8 @@ GPU_MODELS: Mapping[str, GpuModel] = MappingProxyType({m.name: m for m in (
     _m("a10g", "A10G", 86, (0x2237,), "0x030200", _GEN4, 16, 0, "none", True, 8),
     _m("h100", "H100 SXM5", 90, (0x2330,), "0x030200", _GEN5, 16, 18, "nvswitch", True, 8),
     _m("h100-pcie", "H100 PCIe (NVLink bridge pairs)", 90, (0x2331,), "0x030200", _GEN5, 16, 12, "pairs", True, 2),
+    # H800: the export Hopper, 8 NVLinks to the switches (nvidia-smi NV8; NCCL: 8 x 20.6 GB/s = 164.8).
+    _m("h800", "H800 SXM5", 90, (0x2324,), "0x030200", _GEN5, 16, 8, "nvswitch", True, 8),
     _m("h20", "H20", 90, (0x2329,), "0x030200", _GEN5, 16, 18, "nvswitch", True, 8),
     _m("h200", "H200 SXM", 90, (0x2335,), "0x030200", _GEN5, 16, 18, "nvswitch", True, 8),
     _m("gh200", "GH200 Grace Hopper", 90, (0x2342,), "0x030200", _GEN5, 16, 18, "nvswitch", True, 4,

@@ -377,7 +377,7 @@ def format_report(results: list[CaseResult], engine: str, unexpressed: list[str]
 def _spec_text(case: Case) -> str:
     spec = case.spec
     parts = [Path(spec.system).name if spec.system else "default", f"{spec.nodes} node(s)", f"NCCL {spec.nccl_version}"]
-    for key in ("gpus_per_node", "fabric", "nics_per_node", "nic_gbps", "sharp"):
+    for key in ("gpu", "gpus_per_node", "fabric", "nics_per_node", "nic_gbps", "sharp"):
         value = getattr(spec, key)
         if value:
             parts.append(f"{key}={value}")

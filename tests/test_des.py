@@ -340,12 +340,12 @@ def test_each_channel_split_on_its_own_stays_close_to_the_exact_split(late):
     # Eight DGX H100 run NVLS Tree: the two trees together set every node apart (8 exact classes),
     # each tree alone leaves a few per depth. The per-channel split (forced with des.exact_nodes=2)
     # loses the phase between a node's tree-0 and tree-1 channels on its proxy thread and ports: the
-    # bytes stay, the time stays within 1% at 256 MiB (bandwidth-bound) and within 8% at 64 MiB.
+    # bytes stay, the time stays within 1% at 1 GiB (bandwidth-bound) and within 5% at 64-256 MiB.
     # The exact split stays the default up to 128 classes.
     job = job_of(nodes=8)
     setup = des_setup(job, stragglers=late)
     apart_setup = replace(setup, params=replace(setup.params, exact_nodes=2), derived={})
-    for nbytes, within in ((256 * MiB, 0.01), (64 * MiB, 0.08)):
+    for nbytes, within in ((1024 * MiB, 0.01), (256 * MiB, 0.05), (64 * MiB, 0.05)):
         call = call_for_size("all_reduce", nbytes, "float", "sum", 0, job.nranks)
         exact, apart = simulate(setup, call), simulate(apart_setup, call)
         assert exact.plan.algorithm == "NVLSTree" and exact.exact and exact.n_node_classes == 8

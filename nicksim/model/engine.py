@@ -285,6 +285,8 @@ class _Sim:
         self.n_streams = 0
         self.end_us = 0.0
         self.nvls_eff = params.nvls_efficiency
+        nvs = {i for i, link in enumerate(self.fabric.links) if "NVS/" in link.name}
+        self.nvs_links = frozenset(nvs)  # a GPU's ports to and from its NVSwitch, every node copy
         self.channel_end: dict[int, float] = {}
         self.spans: list = [] if setup.trace else None
         self.late = dict(setup.stragglers)
@@ -434,8 +436,10 @@ class _Sim:
             peers_out = self._stand_ins(prim.send_to, channel)
             nbytes = prim.nelem * elem / c.slices
             wire = wire_nbytes(protocol, nbytes)
-            if prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":
-                wire /= self.nvls_eff
+            # Multimem traffic moves at nvls_efficiency of the NVSwitch ports' rate: on those links
+            # each byte costs 1/efficiency; the rest of the route (a NIC, say) carries it as it is.
+            multimem = prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter"
+            costly = tuple(x for x in route if x in self.nvs_links) if multimem else ()
             lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
             for s in range(c.slices):
                 state[2] = s
@@ -466,7 +470,7 @@ class _Sim:
                 start = self.env.now
                 head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
                                                       (rank, tuple(peers_out), channel), self.weight[channel],
-                                                      route_lat)
+                                                      route_lat, costly, 1.0 / self.nvls_eff)
                 for dst, conn in zip(peers_out, outs):
                     conn.post(head, done)
                     self._notify(("data", channel, rank, dst, prim.conn))
