@@ -533,3 +533,20 @@ def test_one_node_runs_on_every_release_with_channel_partitions(version):
     model_us, run = times(job, "all_reduce", 1 << 30)
     assert len(job.paths.system.nets()) == (0 if version <= "2.27" else 8)
     assert run.time_us == pytest.approx(model_us, rel=0.15)
+
+
+def test_nvls_tree_puts_the_trees_bytes_on_the_nics_and_the_multicast_cost_on_the_ports():
+    # Two DGX H100, NVLS Tree: each node sends 1 GiB across (half up one tree, half down the other),
+    # an eighth through each NIC, whatever the NVSwitch's efficiency: multimem traffic costs
+    # 1/nvls_efficiency on the NVSwitch ports only, and a reduce-and-send's NIC leg carries the bytes
+    # as they are.
+    job = job_of(nodes=2)
+    call = call_for_size("all_reduce", 1 << 30, "float", "sum", 0, job.nranks)
+    setup = des_setup(job)
+    ideal = simulate(des_setup(job, with_overrides(setup.params, {"nvls.efficiency": 1.0})), call)
+    real = simulate(setup, call)
+    port = next(name for name in real.link_nbytes if name.startswith("node0:") and name.endswith("->NVS/0"))
+    assert real.plan.algorithm == "NVLSTree" and setup.params.nvls_efficiency == 0.85
+    for run in (ideal, real):
+        assert run.link_nbytes["node0:NIC/0->NET/0"] == pytest.approx((1 << 30) / 8, rel=1e-6)
+    assert 1.0 < real.link_nbytes[port] / ideal.link_nbytes[port] <= 1 / 0.85 + 1e-9
