@@ -267,6 +267,8 @@ def _run_validate(args, params: Params) -> int:
     cases = find_cases(args.cases or default_dir())
     engines = list(dict.fromkeys(args.engine or ["model"]))
     calibration = read_calibration(args.calibration) if args.calibration else None
+    if calibration is not None and "des" not in engines:
+        raise UsageError("a calibration sets DES parameters", "--calibration", "with --engine des")
     if args.plots:
         try:
             Path(args.plots).mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from .calls import collective_name
@@ -119,7 +119,6 @@ class CaseResult:
     points: tuple[Point, ...] = ()
     error: str | None = None
     nranks: int | None = None
-    notes: tuple[str, ...] = field(default=())
 
     def scored(self, band: str | None = None) -> list[float]:
         """Absolute errors (%) of the sizes the targets count (>= 1 MiB), or of one band."""

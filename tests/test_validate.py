@@ -105,6 +105,24 @@ def test_json_and_plots_come_out(tmp_path):
     assert (tmp_path / "plots" / "case.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_calibration_sets_the_des_parameters(tmp_path):
+    measured = model_output(tmp_path)
+    write_case(tmp_path, measured.name)
+    (tmp_path / "half.toml").write_text('[set]\n"nvlink.bw_gbps" = 185.4\n')
+    base = ["validate", str(tmp_path / "case.toml"), "--engine", "des", "-J"]
+    assert run_cli(*base, str(tmp_path / "a.json")).returncode == 0
+    out = run_cli(*base, str(tmp_path / "b.json"), "--calibration", str(tmp_path / "half.toml"))
+    assert out.returncode == 0, out.stderr
+    last = [json.loads((tmp_path / f).read_text())["engines"][0]["cases"][0]["points"][-1]["predicted_busbw_gbps"]
+            for f in ("a.json", "b.json")]
+    assert last[1] == pytest.approx(last[0] / 2, rel=0.05)  # 1 GiB NVLS: the NVLink ports bind
+    (tmp_path / "bad.toml").write_text('[set]\n"cta.speed" = 1\n')
+    bad = run_cli("validate", str(tmp_path / "case.toml"), "--engine", "des", "--calibration", str(tmp_path / "bad.toml"))
+    assert bad.returncode == 2 and "cta.speed" in bad.stderr
+    model_only = run_cli("validate", str(tmp_path / "case.toml"), "--calibration", str(tmp_path / "half.toml"))
+    assert model_only.returncode == 2 and "--engine des" in model_only.stderr
+
+
 def test_every_project_case_names_a_source_and_a_system():
     cases = find_cases(REPO / "validation")
     assert len(cases) >= 20
