@@ -28,7 +28,8 @@ from .calls import Call
 from .errors import UsageError
 from .plan import ChannelProgram, Prim, Stream
 
-__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "u32fp8_round"]
+__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks",
+           "u32fp8_round"]
 
 NCCL_STEPS = 8
 P2P_LL_THRESHOLD_NBYTES = 16384  # NCCL_P2P_LL_THRESHOLD
@@ -238,10 +239,24 @@ def _check_release(version_minor: int) -> None:
                          "2.22 to 2.30")
 
 
+def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
+                      p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8) -> list[int]:
+    """How many chunks each of `rank`'s point-to-point streams moves (p2p_programs' stream order)."""
+    out = []
+    for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
+                           group_size):
+        for part in range(len(t.channels)):
+            beg, end = _part_bounds(len(t.channels), part, t.nbytes)
+            out.append(max(1, _div_up(end - beg, t.chunk_nbytes)))
+    return out
+
+
 def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
-                 p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8) -> tuple[ChannelProgram, ...]:
+                 p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8,
+                 chunks_per_prim: int = 1) -> tuple[ChannelProgram, ...]:
     """The primitive programs `rank` runs for a sendrecv or alltoall: per channel, one stream per
-    transfer part (NCCL runs up to 8 p2p works of a channel side by side)."""
+    transfer part (NCCL runs up to 8 p2p works of a channel side by side), a primitive per chunk —
+    or per `chunks_per_prim` consecutive chunks, as one primitive over their bytes."""
     streams: dict[int, list[Stream]] = {}
     for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
                            group_size):
@@ -251,7 +266,7 @@ def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channel
             beg, end = _part_bounds(len(t.channels), part, t.nbytes)
             prims, cursor = [], beg
             while True:
-                n = min(t.chunk_nbytes, end - cursor)
+                n = min(t.chunk_nbytes * chunks_per_prim, end - cursor)
                 prims.append(Prim("send", origin + cursor, n, send_to=(t.peer,)) if t.send
                              else Prim("recv", origin + cursor, n, recv_from=(t.peer,)))
                 cursor += n

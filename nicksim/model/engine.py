@@ -33,9 +33,9 @@ from ..calls import Call
 from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
-from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan, Stream, collnet_scheduled,
+from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan, collnet_scheduled,
                     plan_call, rank_programs)
-from ..plan_p2p import p2p_programs
+from ..plan_p2p import p2p_programs, p2p_stream_chunks
 from ..tuning import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
@@ -685,38 +685,25 @@ class _Sim:
                 {names[i]: float(self.net.capacity[i]) for i in used})
 
 
-def _p2p_plan(job, call: Call) -> tuple[Plan, dict[int, tuple]]:
-    """A plan record and every rank's programs for sendrecv / alltoall (plan_p2p.py)."""
+def _p2p_plan(job, call: Call, max_chunks: int) -> tuple[Plan, dict[int, tuple], int]:
+    """A plan record, every rank's programs for sendrecv / alltoall (plan_p2p.py) and their chunk
+    factor: every `factor` consecutive chunks run as one primitive over their bytes, so that a rank
+    runs no more than 8 x `max_chunks` of them over all its streams (at least 2 per stream)."""
     per_node = len(job.paths.node_system.gpus())
     minor = job.system.rules.version.minor
     p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
     chunk = p2p_chunk_nbytes(job.paths, job.nodes, job.params)
     group = job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE")
-    programs = {r: p2p_programs(call, r, job.nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, minor, group)
-                for r in range(job.nranks)}
+    args = (job.nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, minor, group)
+    lengths = [p2p_stream_chunks(call, r, *args) for r in range(job.nranks)]
+    longest = max((n for per_rank in lengths for n in per_rank), default=0)
+    streams = max((len(per_rank) for per_rank in lengths), default=1)
+    factor = max(1, -(-longest // max(2, 8 * max_chunks // max(1, streams))))
+    programs = {r: p2p_programs(call, r, *args, chunks_per_prim=factor) for r in range(job.nranks)}
     protocols = [s.protocol for prog in programs[0] for s in prog.streams if s.protocol]
     protocol = "Simple" if "Simple" in protocols or not protocols else "LL"
     plan = Plan(call, "P2P", protocol, 640, p2p.n_channels, 0.0, chunk, 1, 1, (), 0, minor)
-    return plan, programs
-
-
-def _coarse_p2p(programs: dict[int, tuple], max_chunks: int) -> tuple[dict[int, tuple], int]:
-    """Point-to-point streams with every `factor` consecutive chunks merged into one (their bytes
-    are contiguous), so that a rank runs no more than 8 x `max_chunks` of them over all its streams
-    (at least 2 per stream); and that factor."""
-    longest = max((len(s.prims) for progs in programs.values() for p in progs for s in p.streams), default=0)
-    streams = max((sum(len(p.streams) for p in progs) for progs in programs.values()), default=1)
-    factor = max(1, -(-longest // max(2, 8 * max_chunks // streams)))
-    if factor == 1:
-        return programs, 1
-
-    def merged(stream: Stream) -> Stream:
-        prims = stream.prims
-        groups = [prims[i:i + factor] for i in range(0, len(prims), factor)]
-        return replace(stream, prims=tuple(replace(g[0], nelem=sum(p.nelem for p in g)) for g in groups))
-
-    return {r: tuple(replace(p, streams=tuple(merged(s) for s in p.streams)) for p in progs)
-            for r, progs in programs.items()}, factor
+    return plan, programs, factor
 
 
 def _programs(job, plan: Plan, ranks: Sequence[int] | None = None) -> dict[int, tuple]:
@@ -773,8 +760,7 @@ def _call_plan(job, call: Call, max_chunks: int, plan: Plan | None = None
                ) -> tuple[Plan, Plan, int, dict[int, tuple] | None]:
     """(NCCL's plan, the plan as run, its chunk factor, the point-to-point programs or None)."""
     if call.collective in ("alltoall", "sendrecv"):
-        plan, programs = _p2p_plan(job, call)
-        programs, factor = _coarse_p2p(programs, max_chunks)
+        plan, programs, factor = _p2p_plan(job, call, max_chunks)
         return plan, plan, factor, programs
     plan = plan or plan_call(job.comm, call)
     run_plan, factor = coarse_plan(plan, max_chunks, job.nodes)

@@ -103,8 +103,8 @@ class Router:
         s = self.system
         (n1, l1), (n2, l2) = divmod(src, self.per_node), divmod(dst, self.per_node)
         dev = lambda local: s.nodes[s.gpu_by_rank(local)].gpu.dev  # noqa: E731
-        send_net, proxy = p2p_net(self.paths, l1, dev(l2), channel)
-        recv_net, _ = p2p_net(self.paths, l2, dev(l2), channel)
+        send_net, proxy = self._p2p_net(l1, dev(l2), channel)
+        recv_net, _ = self._p2p_net(l2, dev(l2), channel)
         if send_net is None or recv_net is None:
             raise UsageError(f"rank {src} or rank {dst} has no NIC", "model", "a system whose nodes have NICs")
         gpu = self._gpu(src)
@@ -112,6 +112,11 @@ class Router:
         out = tuple(link for a, b in hops for link in node_route(self.fabric, n1, a, b))
         out += cable_route(self.fabric, (n1, self._port(send_net)), (n2, self._port(recv_net)))
         return out + node_route(self.fabric, n2, recv_net, self._gpu(dst))
+
+    def _p2p_net(self, local: int, peer_dev: int, channel: int) -> tuple:
+        """paths.p2p_net, the same for every node copy: looked up once."""
+        return self._cached(("p2p_net", local, peer_dev, channel),
+                            lambda: p2p_net(self.paths, local, peer_dev, channel))
 
     def _nvls_net(self, channel: int, rank: int) -> int | None:
         """search.cc getNvlsNetDev: the NICs of the NVLS channels the rank heads, by channel."""
