@@ -285,8 +285,7 @@ class _Sim:
         self.n_streams = 0
         self.end_us = 0.0
         self.nvls_eff = params.nvls_efficiency
-        nvs = {i for i, link in enumerate(self.fabric.links) if "NVS/" in link.name}
-        self.nvs_links = frozenset(nvs)  # a GPU's ports to and from its NVSwitch, every node copy
+        self.nvs_links = self.router.nvs_links()  # where multimem traffic pays nvls_efficiency
         self.channel_end: dict[int, float] = {}
         self.spans: list = [] if setup.trace else None
         self.late = dict(setup.stragglers)

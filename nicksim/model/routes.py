@@ -167,12 +167,18 @@ class Router:
     def _nvs(self, node: int, local: int, up: bool) -> tuple[int, ...]:
         if self.nvs is None:
             raise UsageError("NVLS traffic on a node without an NVSwitch", "model", "NVSwitch systems")
-        key = ("nvs", node, local, up)
-        if key not in self._cache:
-            gpu = self.system.gpu_by_rank(local)
-            a, b = (gpu, self.nvs) if up else (self.nvs, gpu)
-            self._cache[key] = node_route(self.fabric, node, a, b)
-        return self._cache[key]
+        return self._cached(("nvs", node, local, up), lambda: self._nvs_route(node, local, up))
+
+    def _nvs_route(self, node: int, local: int, up: bool) -> tuple[int, ...]:
+        gpu = self.system.gpu_by_rank(local)
+        return node_route(self.fabric, node, *((gpu, self.nvs) if up else (self.nvs, gpu)))
+
+    def nvs_links(self) -> frozenset[int]:
+        """Every GPU's route to and from its node's NVSwitch, in every node copy (none without one)."""
+        if self.nvs is None:
+            return frozenset()
+        return frozenset(link for node in range(self.fabric.nodes) for local in range(self.per_node)
+                         for up in (True, False) for link in self._nvs(node, local, up))
 
     def collnet_up(self, channel: int, rank: int) -> tuple[int, ...]:
         return self._collnet(channel, rank, up=True)
