@@ -28,8 +28,8 @@ from .model.fabric import build_fabric, format_fabric
 from .model.hwparams import LINK_KINDS, PARAM_NAMES, SET_NAMES
 from .params import Params, read_params
 from .paths import format_nccl_paths, format_paths
-from .perf import compare, format_comparison, parse_size, perf_rows, sweep_sizes
-from .report import format_table, read_results, results_json
+from .perf import compare, format_comparison, measured_table, parse_size, perf_rows, sweep_sizes
+from .report import format_table, results_json
 from .constants.tuning_tables import PROTOCOLS
 from .connect import (format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels,
                       p2p_chunk_nbytes)
@@ -387,7 +387,7 @@ def _run_perf(args, params: Params) -> int:
         per_process = (args.nthreads or 1) * (args.ngpus or 1)
         _warn([f"-t/-g describe nccl-tests' processes ({per_process} GPU(s) each); the job has {job.nranks} ranks "
                "from the system options (--nodes, --gpus-per-node)"])
-    measured = _measured_table(args.compare, collective, job.nranks) if args.compare else None
+    measured = measured_table(args.compare, collective, job.nranks) if args.compare else None
     _check_des_flags(args)
     des = _des_setup(job, args) if args.engine == "des" else None
     pairs = perf_rows(job, collective, sizes, dtype, redop, args.root, args.engine, des)
@@ -479,20 +479,6 @@ def _unchecked(row):
     """The model moves no data, so like nccl-tests with -c 0 it cannot count wrong elements."""
     return replace(row, out_of_place=replace(row.out_of_place, nwrong=None),
                    in_place=replace(row.in_place, nwrong=None) if row.in_place else None)
-
-
-def _measured_table(path: str, collective: str, nranks: int):
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", path, "a readable nccl-tests output file") from None
-    tables = read_results(text, path)
-    fitting = [t for t in tables if t.collective in (None, collective) and t.nranks in (None, nranks)]
-    if not fitting:
-        found = ", ".join(f"{t.collective} with {t.nranks} ranks" for t in tables) or "no tables"
-        raise UsageError(f"no {collective} table for {nranks} ranks (found {found})", path,
-                         "a file with a matching nccl-tests table")
-    return fitting[0]
 
 
 def _write_json(path: str, doc: dict) -> None:

@@ -8,14 +8,16 @@ band, how far apart their bus bandwidths are.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from .calls import call_for_size
 from .engines import ENGINES, EngineResult, engine_result
 from .errors import UsageError
 from .job import Job
-from .report import MeasuredTable, ResultRow, measurement
+from .report import MeasuredTable, ResultRow, measurement, read_results
 
-__all__ = ["parse_size", "sweep_sizes", "perf_rows", "Comparison", "compare", "format_comparison", "size_band"]
+__all__ = ["parse_size", "sweep_sizes", "perf_rows", "Comparison", "compare", "format_comparison", "size_band",
+           "measured_table"]
 
 
 def parse_size(text, where: str) -> int:
@@ -108,6 +110,23 @@ def _measured_busbw(row: ResultRow) -> tuple[float | None, float | None]:
         if m is not None and m.busbw_gbps is not None:
             return m.time_us, m.busbw_gbps
     return None, None
+
+
+def measured_table(path: str, collective: str, nranks: int | None = None, index: int = 1) -> MeasuredTable:
+    """The `index`-th table of a measured file (nccl-tests text or JSON, or CSV blocks) that is for
+    `collective` on `nranks` ranks (any rank count if None), tables that do not say counting as fitting."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", path, "a readable nccl-tests output file") from None
+    tables = read_results(text, path)
+    fitting = [t for t in tables if t.collective in (None, collective) and (nranks is None or t.nranks in (None, nranks))]
+    if len(fitting) < index:
+        found = ", ".join(f"{t.collective} with {t.nranks} ranks" for t in tables) or "no tables"
+        wanted = f"{collective} table" + (f" #{index}" if index > 1 else "")
+        raise UsageError(f"no {wanted} for {nranks or 'any number of'} ranks (found {found})", path,
+                         "a file with a matching nccl-tests table")
+    return fitting[index - 1]
 
 
 def compare(rows: list[ResultRow], measured: MeasuredTable) -> list[Comparison]:

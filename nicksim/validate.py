@@ -42,8 +42,7 @@ from .calls import collective_name
 from .errors import NickSimError, UsageError
 from .job import JobSpec, load_job
 from .params import read_params
-from .perf import parse_size, perf_rows
-from .report import MeasuredTable, read_results
+from .perf import measured_table, parse_size, perf_rows
 
 try:
     import tomllib
@@ -240,16 +239,6 @@ def read_calibration(path: str | Path) -> dict[str, float]:
 
 # --- running ----------------------------------------------------------------------------------
 
-def _measured_table(case: Case) -> MeasuredTable:
-    text = Path(case.measured).read_text(encoding="utf-8", errors="replace")
-    tables = [t for t in read_results(text, case.measured)
-              if t.collective in (None, case.collective) and (case.nranks is None or t.nranks in (None, case.nranks))]
-    if len(tables) < case.table:
-        raise UsageError(f"no {case.collective} table #{case.table} for {case.nranks or 'any number of'} ranks",
-                         case.measured, "a file holding the case's table")
-    return tables[case.table - 1]
-
-
 def _measured_busbw(row, in_place: bool) -> float | None:
     m = row.in_place if in_place else row.out_of_place
     return m.busbw_gbps if m is not None else None
@@ -260,7 +249,7 @@ def run_case(case: Case, engine: str = "model", calibration: dict[str, float] | 
     if not Path(case.measured).is_file():
         return CaseResult(case, engine, error=f"measurements not found: {case.measured}")
     try:
-        table = _measured_table(case)
+        table = measured_table(case.measured, case.collective, case.nranks, case.table)
         job = load_job(case.spec, read_params({}, [f"{k}={v}" for k, v in case.env]))
         if table.nranks is not None and table.nranks != job.nranks:
             raise UsageError(f"the system has {job.nranks} ranks, the measurements {table.nranks}", case.path,
