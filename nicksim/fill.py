@@ -464,7 +464,23 @@ class _Filler:
         self.root = _map_marked(self.root, set(plan), fn)
         self.notes.append(f"added {extra} NIC(s) at {gbps:g} Gbit/s next to the GPUs")
 
+    def refuse_a_gpu_model_the_file_contradicts(self) -> None:
+        """--gpu completes GPUs a file lacks; on a file whose GPUs are there as another model it
+        would be ignored, and the answer would be for GPUs the user did not ask for."""
+        if self.opts.gpu is None:
+            return
+        for node in self.root.iter():
+            if _is_gpu_pci(node) and node.findall("gpu") and node.get("device"):
+                try:
+                    there = gpu_model_for_device(int(node.get("device"), 16))
+                except ValueError:
+                    there = None
+                if there is not None and there.name != self.opts.gpu.name:
+                    raise UsageError(f"the system's GPUs are {there.marketing}, not {self.opts.gpu.marketing}",
+                                     "--gpu", "no --gpu, or a topology file whose GPUs it completes")
+
     def run(self) -> FilledTopology:
+        self.refuse_a_gpu_model_the_file_contradicts()
         self.add_missing_gpu_elements()
         self.place_gpus()
         self.number_gpus()

@@ -1,7 +1,7 @@
 """Completing partial vendor files (../shared/validation/topologies) and shaping nodes."""
 import pytest
 
-from conftest import build, need_validation
+from conftest import build, need_validation, run_cli
 from nicksim.errors import UsageError
 from nicksim.fill import FillOptions, fill_topology, ofi_nic_groups
 from nicksim.hardware import fabric, gpu_model
@@ -142,3 +142,11 @@ def test_tcp_fabric_turns_gdr_off():
     system, paths = build("dgx-h100", fab="tcp", nodes=2)
     assert paths.net_plugin == "Socket"
     assert not any(g.enabled for g in paths.gdr_send.values())
+
+
+def test_a_gpu_model_the_file_contradicts_is_refused():
+    # --gpu completes GPUs a file lacks; a catalog DGX H100 has its H100s, and H800 there would be
+    # ignored in silence.
+    out = run_cli("perf", "all_reduce", "-b", "1G", "-e", "1G", "--gpu", "h800")
+    assert out.returncode == 2 and "H100 SXM5, not H800 SXM5" in out.stderr
+    assert run_cli("perf", "all_reduce", "-b", "1G", "-e", "1G", "--gpu", "h100").returncode == 0
