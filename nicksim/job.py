@@ -26,7 +26,7 @@ from .plan_collnet import CollNetLayout
 from .search import Graph, search_graphs
 from .topo import System, build_system
 
-__all__ = ["JobSpec", "Job", "load_job", "load_node_paths"]
+__all__ = ["JobSpec", "Job", "SPEC_FIELDS", "load_job", "load_node_paths"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,15 @@ class JobSpec:
     sharp: bool = False
     rank: int = 0
     where: str = "SYSTEM"
+
+
+# The JobSpec fields a file may set (sweep grids, validation cases), with their types, in the
+# order tables list them.
+SPEC_FIELDS: dict[str, type] = {
+    "system": str, "nodes": int, "gpus_per_node": int, "fabric": str, "nics_per_node": int, "nic_gbps": float,
+    "oversubscription": float, "hosts_per_leaf": int, "rail_optimized": bool, "switch_lat_us": float,
+    "sharp": bool, "nccl_version": str, "gpu": str,
+}
 
 
 @dataclass(frozen=True)

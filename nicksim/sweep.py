@@ -30,13 +30,14 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+from dataclasses import fields
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable
 
 from .calls import call_for_size, collective_name
 from .engines import ENGINES, engine_result
 from .errors import NickSimError, UsageError
-from .job import JobSpec, load_job
+from .job import SPEC_FIELDS, JobSpec, load_job
 from .params import read_params
 from .perf import parse_size
 from .model.hwparams import check_override
@@ -50,13 +51,12 @@ except ModuleNotFoundError:  # Python 3.10
 __all__ = ["read_grid", "run_point", "run_sweep", "rows_csv", "GRID_KEYS", "ROW_FIELDS"]
 
 # key -> (type, default); sizes take nccl-tests' grammar (8, 64K, 256M, 8G).
+_CALL_KEYS: dict[str, tuple[type, object]] = {
+    "engine": (str, "model"), "collective": (str, "all_reduce"), "sizes": (str, "1G"), "dtype": (str, "float")}
+# The system options take JobSpec's defaults, but for the system itself and the release (the newest).
+_SPEC_DEFAULTS = {**{f.name: f.default for f in fields(JobSpec)}, "system": "dgx-h100", "nccl_version": None}
 GRID_KEYS: dict[str, tuple[type, object]] = {
-    "engine": (str, "model"), "collective": (str, "all_reduce"), "sizes": (str, "1G"), "dtype": (str, "float"),
-    "system": (str, "dgx-h100"), "nodes": (int, 1), "gpus_per_node": (int, None), "fabric": (str, None),
-    "nics_per_node": (int, None), "nic_gbps": (float, None), "oversubscription": (float, 1.0),
-    "hosts_per_leaf": (int, 32), "rail_optimized": (bool, True), "switch_lat_us": (float, None),
-    "sharp": (bool, False), "nccl_version": (str, None),
-}
+    **_CALL_KEYS, **{key: (kind, _SPEC_DEFAULTS[key]) for key, kind in SPEC_FIELDS.items()}}
 ROW_FIELDS = ("point", *(k for k in GRID_KEYS if k != "sizes"), "env", "set", "nbytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
               "nchannels", "hang", "error")
 
@@ -148,12 +148,8 @@ def run_point(point: dict) -> list[dict]:
     base["env"] = " ".join(f"{k}={v}" for k, v in point["env"].items())
     base["set"] = " ".join(f"{k}={v:g}" for k, v in point.get("set", {}).items())
     try:
-        spec = JobSpec(system=point["system"], nodes=point["nodes"], nccl_version=point["nccl_version"] or "2.30",
-                       gpus_per_node=point["gpus_per_node"], fabric=point["fabric"],
-                       nics_per_node=point["nics_per_node"], nic_gbps=point["nic_gbps"],
-                       oversubscription=point["oversubscription"], hosts_per_leaf=point["hosts_per_leaf"],
-                       rail_optimized=point["rail_optimized"], switch_lat_us=point["switch_lat_us"],
-                       sharp=point["sharp"])
+        spec = JobSpec(**{key: point[key] for key in SPEC_FIELDS if key != "nccl_version"},
+                       nccl_version=point["nccl_version"] or JobSpec.nccl_version)
         job = load_job(spec, read_params({}, [f"{k}={v}" for k, v in point["env"].items()]))
         setup = None
         if point["engine"] == "des":

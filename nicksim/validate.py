@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .calls import collective_name
 from .errors import NickSimError, UsageError
-from .job import JobSpec, load_job
+from .job import SPEC_FIELDS, JobSpec, load_job
 from .params import read_params
 from .perf import measured_table, parse_size, perf_rows
 
@@ -58,9 +58,6 @@ BANDS = (("<64K", 0, 64 << 10), ("64K-16M", 64 << 10, 16 * MiB), ("16M-256M", 16
          (">=256M", 256 * MiB, math.inf))
 SCORED_MIN_NBYTES = 1 * MiB
 
-_SYSTEM_KEYS = {"system": str, "nodes": int, "nccl_version": str, "gpu": str, "gpus_per_node": int, "fabric": str,
-                "nics_per_node": int, "nic_gbps": float, "oversubscription": float, "hosts_per_leaf": int,
-                "rail_optimized": bool, "switch_lat_us": float, "sharp": bool}
 _CASE_KEYS = {"title", "source", "measured", "collective", "nranks", "table", "dtype", "in_place", "gap", "system",
               "env", "expect", "name"}
 
@@ -174,9 +171,9 @@ def load_case(path: str | Path) -> Case:
         raise UsageError("[system] names no system", where, "a [system] table with system = NAME or FILE")
     spec_args = {}
     for key, value in system.items():
-        if key not in _SYSTEM_KEYS:
-            raise UsageError(f"unknown key '{key}' in [system]", where, ", ".join(_SYSTEM_KEYS))
-        spec_args[key] = _typed(value, _SYSTEM_KEYS[key], f"{where}: [system] {key}")
+        if key not in SPEC_FIELDS:
+            raise UsageError(f"unknown key '{key}' in [system]", where, ", ".join(SPEC_FIELDS))
+        spec_args[key] = _typed(value, SPEC_FIELDS[key], f"{where}: [system] {key}")
     if "/" in spec_args["system"] or spec_args["system"].endswith(".xml"):
         spec_args["system"] = str((path.parent / spec_args["system"]).resolve())
     env = doc.get("env", {})
@@ -186,6 +183,8 @@ def load_case(path: str | Path) -> Case:
         collective = collective_name(_typed(doc["collective"], str, f"{where}: collective"))
     except NickSimError as exc:
         raise UsageError(exc.what, f"{where}: collective", exc.valid) from None
+    if not isinstance(doc.get("expect", {}), dict):
+        raise UsageError("[expect] is not a table", where, "SIZE = \"ALGO\" or \"ALGO/PROTO\" pairs")
     expect = []
     for size, choice in doc.get("expect", {}).items():
         expect.append((parse_size(size, f"{where}: [expect]"), _typed(choice, str, f"{where}: [expect] {size}")))

@@ -124,3 +124,12 @@ def test_a_set_axis_changes_the_fabric_the_des_runs_on():
     rows = run_sweep(read_grid(grid, "g.toml"))
     assert [r["set"] for r in rows] == ["nvlink.bw_gbps=370.8", "nvlink.bw_gbps=185.4"]
     assert rows[1]["busbw_gbps"] / rows[0]["busbw_gbps"] == pytest.approx(0.5, rel=0.05)
+
+
+def test_a_grid_takes_every_system_option_a_validation_case_does():
+    # `gpu` reaches the job: the catalog DGX H100's GPUs are H100, so H800 there is an error row
+    # saying so, not an H100 answer under an H800 label.
+    grid = '[sweep]\nsizes = "1G"\ngpu = ["h100", "h800"]\n'
+    h100, h800 = run_sweep(read_grid(grid, "g.toml"))
+    assert h100["gpu"] == "h100" and h100["busbw_gbps"] > 0 and not h100.get("error")
+    assert h800["gpu"] == "h800" and "H800" in h800["error"] and "--gpu" in h800["error"]

@@ -81,6 +81,7 @@ def test_a_case_without_its_measurements_is_reported_not_run(tmp_path):
     ('measured = "x"\ncollective = "all_reduce"\n[system]\nsystem = "dgx-h100"\nnodes = "two"\n', "nodes"),
     ('measured = "x"\ncollective = "all_reduce"\n[system]\nnodes = 2\n', "names no system"),
     ('measured = "x"\ncollective = [\n', "not TOML"),
+    ('measured = "x"\ncollective = "all_reduce"\nexpect = 3\n[system]\nsystem = "dgx-h100"\n', "[expect]"),
 ])
 def test_a_bad_case_file_is_one_line_naming_it(tmp_path, text, complaint):
     (tmp_path / "bad.toml").write_text(text)
