@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_perf_parser(sub)
     _add_sweep_parser(sub)
     _add_validate_parser(sub)
+    _add_calibrate_parser(sub)
     _add_alphabeta_parser(sub)
     return parser
 
@@ -182,6 +183,8 @@ def _add_perf_parser(sub) -> None:
     perf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                       help=f"a DES parameter for this run ({', '.join(PARAM_NAMES)}) or the bandwidth of "
                            f"every fabric link of a kind ({', '.join(LINK_KINDS)}); repeatable")
+    perf.add_argument("--calibration", metavar="FILE",
+                      help="DES parameters from a calibration file (nicksim calibrate -o); --set overrides them")
     perf.add_argument("--link-report", action="store_true",
                       help="after the table, the busiest links of the largest size (des): bytes, busy time, rate")
     perf.add_argument("--trace", metavar="FILE",
@@ -254,7 +257,8 @@ def _add_validate_parser(sub) -> None:
                     help="a folder of case files (*.toml) or one case file (default: the project's validation/)")
     va.add_argument("--engine", action="append", choices=["model", "des"],
                     help="the engine to validate (repeatable; default model)")
-    va.add_argument("--calibration", metavar="FILE", help="DES parameters to use: a TOML [set] table of --set names")
+    va.add_argument("--calibration", metavar="FILE",
+                    help="DES parameters to use: a TOML [set] table of --set names (nicksim calibrate -o)")
     va.add_argument("-J", "--output-json", metavar="FILE", help="write every case's points and errors as JSON")
     va.add_argument("--plots", metavar="DIR", help="write one PNG per case here: measured and predicted busbw")
     va.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -284,6 +288,48 @@ def _run_validate(args, params: Params) -> int:
     if args.plots:
         for k, case in enumerate(cases):
             plot_case([results[k] for results in by_engine.values()], Path(args.plots) / f"{case.name}.png")
+    return 0
+
+
+def _add_calibrate_parser(sub) -> None:
+    from .calibrate import DEFAULT_VALUES, FIT_NAMES
+    ca = sub.add_parser("calibrate", help="fit a DES parameter to measured runs (validation cases), with "
+                                          "its error on sources left out")
+    ca.add_argument("cases", nargs="?", metavar="DIR",
+                    help="a folder of case files (*.toml) or one case file (default: the project's validation/)")
+    ca.add_argument("--fit", default="step_lat.scale", choices=list(FIT_NAMES), help="the parameter to fit")
+    ca.add_argument("--values", type=_values(), default=DEFAULT_VALUES, metavar="V,V,...",
+                    help="the candidate values (default: " + ",".join(f"{v:g}" for v in DEFAULT_VALUES) + ")")
+    ca.add_argument("-j", "--jobs", type=_int_at_least("-j", 1), default=None,
+                    help="processes running the DES (default: the CPUs, at most 8)")
+    ca.add_argument("-o", "--output", metavar="FILE", help="write the calibration file ([set], for --calibration)")
+    ca.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    ca.set_defaults(run=_run_calibrate)
+
+
+def _values():
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            values = tuple(float(v) for v in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not numbers separated by commas") from None
+        if not values or any(not v > 0 for v in values):
+            raise argparse.ArgumentTypeError(f"'{text}': every value must be above 0")
+        return values
+    return parse
+
+
+def _run_calibrate(args, params: Params) -> int:
+    from .calibrate import calibration_text, default_jobs, fit, format_fit
+    from .validate import default_dir, find_cases
+    cases = find_cases(args.cases or default_dir())
+    result = fit(cases, args.fit, args.values, args.jobs or default_jobs())
+    print("\n".join(format_fit(result)))
+    if args.output:
+        try:
+            Path(args.output).write_text(calibration_text(result), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write: {exc.strerror}", args.output, "a writable file") from None
     return 0
 
 
@@ -450,17 +496,19 @@ def _des_setup(job: Job, args):
 def _check_des_flags(args) -> None:
     if args.engine == "des":
         return
-    for flag, given in (("--set", args.sets), ("--link-report", args.link_report), ("--trace", args.trace),
+    for flag, given in (("--set", args.sets), ("--calibration", args.calibration),
+                        ("--link-report", args.link_report), ("--trace", args.trace),
                         ("--fault", args.fault), ("--straggler", args.straggler)):
         if given:
             raise UsageError(f"{flag} needs the DES engine", flag, "--engine des")
 
 
 def _des_params(job: Job, args):
-    """The DES parameter set for the job, with --set applied."""
+    """The DES parameter set for the job, with the calibration file's values and then --set applied."""
     from .model.engine import default_params
     from .model.hwparams import with_overrides
-    values = {}
+    from .validate import read_calibration
+    values = read_calibration(args.calibration) if args.calibration else {}
     for item in args.sets:
         key, sep, text = item.partition("=")
         try:

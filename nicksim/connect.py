@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .choose import nvls_channels
 from .collnet import collnet_setup, graph_heads
+from .constants.topo_rules import P2P_PER_CHANNEL_NET_BW
 from .errors import UsageError
 from .params import Params
 from .paths import Paths, local_net, local_nets
@@ -25,7 +26,7 @@ from .search import SPLIT_TREE, TREE, Graph
 from .trees import dtree
 
 __all__ = ["Channels", "connect", "format_channels", "nvls_heads", "format_nvls_heads", "P2pChannels",
-           "p2p_channels", "format_channel_counts", "p2p_chunk_nbytes"]
+           "p2p_channels", "format_channel_counts", "p2p_chunk_nbytes", "p2p_net_channel_bw_gbps"]
 
 MAXCHANNELS = 64
 
@@ -289,7 +290,7 @@ def _net_peer_channels(paths: Paths, rank: int, nranks: int, p2p_n: int, params:
         count += 1
         if total >= gpu_bw:
             break
-    per_channel = params.get("NCCL_P2P_PER_CHANNEL_NET_BW") or 14
+    per_channel = params.get("NCCL_P2P_PER_CHANNEL_NET_BW") or P2P_PER_CHANNEL_NET_BW
     return max(count, -(-int(total) // int(per_channel))) if count else 2
 
 
@@ -341,6 +342,18 @@ def format_channel_counts(minor: int, n_channels: int, nvls_channels: int, p2p: 
 
 
 _ARCH_ARM = 3  # NCCL_TOPO_CPU_ARCH_ARM
+
+
+_P2P_NET_CHUNK_DEFAULT = 131072  # NCCL_P2P_NET_CHUNKSIZE's default, the chunk NCCL's 14 GB/s goes with
+
+
+def p2p_net_channel_bw_gbps(paths: Paths, nodes: int, params: Params) -> float:
+    """What one point-to-point channel moves to another node (GB/s): NCCL's 14 GB/s a channel
+    (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc 2.29) at its default 128 KiB network chunk, in
+    proportion to the chunk: a connection's steps cost about the same time whatever their size
+    (NVIDIA/nccl#2409: 13.1 GB/s with 128 KiB chunks, 87.6 with 1 MiB)."""
+    chunk = p2p_chunk_nbytes(paths, nodes, params) if nodes > 1 else _P2P_NET_CHUNK_DEFAULT
+    return P2P_PER_CHANNEL_NET_BW * chunk / _P2P_NET_CHUNK_DEFAULT
 
 
 def p2p_chunk_nbytes(paths: Paths, nodes: int, params: Params) -> int:

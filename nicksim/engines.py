@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .calls import Call
 from .choose import choose
 from .constants.tuning_tables import tuning_tables
-from .connect import p2p_channels, p2p_chunk_nbytes
+from .connect import p2p_channels, p2p_chunk_nbytes, p2p_net_channel_bw_gbps
 from .job import Job
 from .paths import local_nets
 from .plan_p2p import p2p_transfers
@@ -55,15 +55,24 @@ def _net_bw_per_gpu_gbps(job: Job) -> float:
     return total / max(1, len(system.gpus()))
 
 
+def _net_channels_bw_gbps(job: Job, n_peers: int) -> float:
+    """What the point-to-point channels a rank drives at once towards `n_peers` network peers move:
+    each peer gets its p2p channels per peer, never more than the p2p channels in all, and each
+    channel moves what NCCL expects of it across the network (connect.p2p_net_channel_bw_gbps)."""
+    p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
+    return min(n_peers * p2p.per_peer, p2p.n_channels) * p2p_net_channel_bw_gbps(job.paths, job.nodes, job.params)
+
+
 def p2p_time_us(job: Job, call: Call) -> float:
     """nicksim's estimate for alltoall and sendrecv (NCCL prices no point-to-point call).
 
     One step at NCCL's own latencies (Ring base + hardware latency of the path, LL up to the
     16 KiB P2P LL threshold, else Simple), then the rank's bytes over its bottleneck: peers in
     the node over the GPU-GPU path bandwidth, peers on other nodes over the GPU's share of the
-    node's NICs; the two kinds of traffic run concurrently, and no link of the node carries more
-    than its bandwidth allows with every rank's traffic on it (a socket link, a PCIe-only GPU's
-    own link shared by its node and network peers).
+    node's NICs or what its point-to-point channels move across the network, if less; the two
+    kinds of traffic run concurrently, and no link of the node carries more than its bandwidth
+    allows with every rank's traffic on it (a socket link, a PCIe-only GPU's own link shared by
+    its node and network peers).
     """
     n, per_node = call.nranks, len(job.paths.node_system.gpus())
     peer_nbytes = call.count * call.elem_nbytes
@@ -83,7 +92,7 @@ def p2p_time_us(job: Job, call: Call) -> float:
     lat = tables.base_lat("Ring", protocol) + tables.hw_lat(hw, "Ring", protocol)
     efficiency = 0.5 if protocol == "LL" else 1.0  # LL carries 8 data bytes per 16
     intra_us = sum(peer_nbytes / (1e3 * job.paths.gpu_path(0, p).bw_gbps * efficiency) for p in intra)
-    net_bw = _net_bw_per_gpu_gbps(job) * efficiency
+    net_bw = min(_net_bw_per_gpu_gbps(job), _net_channels_bw_gbps(job, len(inter))) * efficiency
     inter_us = len(inter) * peer_nbytes / (1e3 * net_bw) if inter and net_bw > 0 else 0.0
     return lat + max(intra_us, inter_us, _busiest_link_us(job, call, peer_nbytes, efficiency))
 

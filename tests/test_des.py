@@ -16,7 +16,7 @@ from nicksim.params import read_params
 from nicksim.plan import plan_call
 from nicksim.trace import chrome_trace, format_link_report
 
-from conftest import run_cli
+from conftest import need_validation, run_cli
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 MiB = 1 << 20
@@ -245,6 +245,63 @@ def test_one_proxy_thread_posts_every_channels_network_steps():
     assert times_us[16][0] > 1.6 * times_us[8][0]
     assert times_us[8][0] > 4 * times_us[8][1]
     assert times_us[16][1] <= times_us[8][1]  # without the proxy more channels are never slower
+
+
+def test_the_network_plugins_latency_is_added_to_every_network_step():
+    # aws-ofi-nccl states 75 us (ncclNetProperties.latency; hardware.py), NCCL's own IB transport 0; NCCL's model
+    # adds it to each network step, twice for Simple (the send and the flush): so does the DES.
+    p5 = need_validation() / "topologies" / "topo_aws_p5_48xl_v1.9.2.xml"
+    efa = load_job(JobSpec(system=str(p5), gpu="H100", nodes=2, fabric="efa", nic_gbps=100, nccl_version="2.22"),
+                   read_params({"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}))
+    assert des_setup(efa).params.net_latency_us == 75.0
+    assert des_setup(job_of(nodes=2)).params.net_latency_us == 0.0
+    params = des_setup(efa).params
+    assert params.step_lat_us("NET", "Ring", "Simple") == params.tables.hw_lat("NET", "Ring", "Simple") + 150.0
+    assert params.step_lat_us("NET", "Ring", "LL") == params.tables.hw_lat("NET", "Ring", "LL") + 75.0
+    # step_lat.scale scales NCCL's hwLat, not the plugin's own figure
+    scaled = with_overrides(params, {"step_lat.scale": 2})
+    assert scaled.step_lat_us("NET", "Ring", "Simple") == 2 * params.tables.hw_lat("NET", "Ring", "Simple") + 150.0
+    call = call_for_size("all_reduce", 1 * MiB, "float", "sum", 0, efa.nranks)
+    with_plugin = simulate(des_setup(efa), call).time_us
+    without = simulate(des_setup(efa, with_overrides(params, {"net.latency_us": 0})), call).time_us
+    assert with_plugin - without > 150.0  # at least one Simple network step on the ring's critical path
+
+
+def test_a_point_to_point_channel_across_nodes_moves_what_nccl_expects_of_one():
+    # paths.cc 2.29 sizes the channels per network peer by 14 GB/s a channel (NCCL_P2P_PER_CHANNEL_NET_BW);
+    # sendrecv across nodes then runs at channels per peer x 14 GB/s where that is below the NIC (cluster01's
+    # logs in ../shared/validation/raw: 15.2 GB/s with 1 channel per peer at 80 ranks, 24.9 with 2 at 10).
+    from nicksim.connect import p2p_channels
+    from nicksim.constants.topo_rules import P2P_PER_CHANNEL_NET_BW
+    for nodes, per_node in ((10, 1), (10, 8)):
+        job = load_job(JobSpec(system="dgx-h100", nodes=nodes, gpus_per_node=per_node, nccl_version="2.29"),
+                       read_params({}))
+        per_peer = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params).per_peer
+        call = call_for_size("sendrecv", 1024 * MiB, "float", "sum", 0, job.nranks)
+        expected_gbps = per_peer * P2P_PER_CHANNEL_NET_BW
+        assert expected_gbps < 40  # below the 400G NIC: the channels bound it, not the NIC
+        model_gbps = 1024 * MiB / model_result(job, call).time_us / 1e3
+        assert model_gbps == pytest.approx(expected_gbps, rel=0.01)
+        if per_node == 1:
+            setup = des_setup(job)
+            des_gbps = 1024 * MiB / simulate(setup, call).time_us / 1e3
+            assert des_gbps == pytest.approx(expected_gbps, rel=0.03)
+            halved = with_overrides(setup.params, {"p2p_net.bw_gbps": P2P_PER_CHANNEL_NET_BW / 2})
+            assert 1024 * MiB / simulate(des_setup(job, halved), call).time_us / 1e3 == \
+                pytest.approx(expected_gbps / 2, rel=0.03)
+    # A channel's steps cost about the same whatever their size (NVIDIA/nccl#2409): twice the chunk, twice the rate.
+    job = load_job(JobSpec(system="dgx-h100", nodes=10, nccl_version="2.29"),
+                   read_params({"NCCL_P2P_NET_CHUNKSIZE": "262144"}))
+    call = call_for_size("sendrecv", 1024 * MiB, "float", "sum", 0, job.nranks)
+    assert 1024 * MiB / model_result(job, call).time_us / 1e3 == pytest.approx(2 * P2P_PER_CHANNEL_NET_BW, rel=0.01)
+    assert des_setup(job).params.p2p_net_bw_gbps == 2 * P2P_PER_CHANNEL_NET_BW
+    # With one GPU a node and two nodes NCCL gives the peer 4 channels (56 GB/s): the GPU's path to its NIC
+    # bounds it instead (48 GB/s; cluster01's smoke log: 43 GB/s).
+    job = load_job(JobSpec(system="dgx-h100", nodes=2, gpus_per_node=1, nccl_version="2.29"), read_params({}))
+    assert p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params).per_peer == 4
+    call = call_for_size("sendrecv", 1024 * MiB, "float", "sum", 0, 2)
+    assert 45 < 1024 * MiB / model_result(job, call).time_us / 1e3 < 4 * P2P_PER_CHANNEL_NET_BW
+
 
 
 # --- faults and stragglers -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from .versions import NcclVersion
 
-__all__ = ["TopoRules", "topo_rules", "LOC_BW", "PCI_GEN_CODES", "PCI_DEFAULT_CODE"]
+__all__ = ["TopoRules", "topo_rules", "LOC_BW", "PCI_GEN_CODES", "PCI_DEFAULT_CODE", "P2P_PER_CHANNEL_NET_BW"]
 
 # topo.h, unchanged 2.18-2.30.
 LOC_BW = 5000.0
@@ -24,6 +24,9 @@ SKL_QPI_BW = 10.0
 SRP_QPI_BW = 22.0  # 2.26+
 ERP_QPI_BW = 40.0  # 2.26+
 AMD_BW = 16.0      # 2.19+; AMD fell back to LOC_BW before
+# paths.cc 2.29: NCCL_P2P_PER_CHANNEL_NET_BW default, what NCCL expects one point-to-point channel
+# to move across the network (GB/s); it sizes the channels per network peer by it.
+P2P_PER_CHANNEL_NET_BW = 14.0
 
 # topo.cc kvDictPciGen: per-lane speed in units of 100 Mbit/s; bw = width * code / 80 GB/s.
 PCI_GEN_CODES = {

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import simpy
 
 from ..calls import Call
-from ..connect import p2p_channels, p2p_chunk_nbytes
+from ..connect import p2p_channels, p2p_chunk_nbytes, p2p_net_channel_bw_gbps
 from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
 from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan, collnet_scheduled,
@@ -193,8 +193,10 @@ def default_params(job) -> DesParams:
     system = job.paths.system
     sm = min(system.nodes[g].gpu.sm for g in system.gpus())
     tables = tuning_tables(system.rules.version)
+    net_latency_us = max((g.latency_inter for g in job.graphs.values()), default=0.0)
     return des_params(tables, sm, net_overhead_us(job.comm.inputs, job.params),
-                      ll_max_bw_gbps(tables, job.comm.inputs))
+                      ll_max_bw_gbps(tables, job.comm.inputs), float(net_latency_us),
+                      p2p_net_channel_bw_gbps(job.paths, job.nodes, job.params))
 
 
 def coarse_plan(plan: Plan, max_chunks: int, nodes: int = 1) -> tuple[Plan, int]:
@@ -266,6 +268,8 @@ class _Sim:
         for rank in range(job.nranks):
             capacity[self.router.proxy(rank)] = 1.0  # 1 GB/s: a post of t us is t x 1000 bytes
             capacity[self.router.ll(rank)] = 2 * params.ll_max_bw_gbps  # on the wire, LL doubles the data
+            for channel in range(self.router.n_channels):
+                capacity[self.router.p2p_net_channel(rank, channel)] = params.p2p_net_bw_gbps
         for fault in setup.faults:
             if fault.kind == "degrade":
                 for link in fault.links:
@@ -334,6 +338,7 @@ class _Sim:
             self.weight[rep] = len(members)
             for rank in range(self.job.nranks):  # stand-ins' transfers cross their members' CTA links too
                 self.net.capacity[self.router.cta(rank, rep)] *= len(members)
+                self.net.capacity[self.router.p2p_net_channel(rank, rep)] *= len(members)
         for rank, progs in programs.items():
             for prog in progs:
                 if prog.channel not in self.groups:
@@ -653,6 +658,8 @@ class _Sim:
         for dst in peers_out:
             route, kind = r.peer(channel, rank, dst)
             links += route
+            if c.plan.algorithm == "P2P" and kind == HW_NET:
+                links.append(r.p2p_net_channel(rank, channel))
             if hw != HW_NET:
                 hw = kind
         if peers_out and c.plan.protocol == "LL" and c.plan.algorithm != "P2P":

@@ -20,6 +20,14 @@ hardware facts and differ only where the fabric makes them differ:
   NCCL_NET_OVERHEAD, else 2 us on AMD x86 hosts and 1 us elsewhere). NCCL's formula also charges
   3x that per Simple step, as latency; the DES charges one post per step and lets the pipeline
   show what it costs;
+- `net_latency_us`: the network plugin's own latency (ncclNetProperties.latency: 0 from NCCL's IB and
+  socket transports, 75 us from aws-ofi-nccl on EFA), which NCCL adds to every network step of its
+  model (graph latencyInter, twice for Simple: the send and the flush after the receive); the DES
+  adds it to each network step the same way;
+- `p2p_net_bw_gbps`: what one point-to-point channel moves to another node: the 14 GB/s NCCL sizes
+  its channels per network peer by (paths.cc 2.29, NCCL_P2P_PER_CHANNEL_NET_BW's default) at the
+  default 128 KiB network chunk, in proportion to NCCL_P2P_NET_CHUNKSIZE (a step costs about the
+  same whatever its size: connect.p2p_net_channel_bw_gbps);
 - `ll_max_bw_gbps`: the most data a rank moves with LL, llMaxBws (by GPU generation, node count and,
   across nodes, CPU vendor, as NCCL indexes it): LL's flag polling, not the links, bounds it;
 - the protocols' wire cost: LL sends 16 bytes per 8 of data (half of every line is flag), LL128
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..constants.topo_rules import P2P_PER_CHANNEL_NET_BW
 from ..constants.tuning_tables import TuningTables
 from ..errors import UsageError
 from ..search import SPEEDS
@@ -69,13 +78,18 @@ class DesParams:
     # split on its own (symmetry.py): close, not exact.
     exact_nodes: int = 128
     net_overhead_us: float = 1.0
+    net_latency_us: float = 0.0
     ll_max_bw_gbps: float = float("inf")
+    p2p_net_bw_gbps: float = P2P_PER_CHANNEL_NET_BW
     # (fabric link kind, GB/s) for every kind whose links the run gives another bandwidth.
     link_bw_gbps: tuple[tuple[str, float], ...] = ()
 
     def step_lat_us(self, hw: str, algorithm: str, protocol: str) -> float:
         row = algorithm if algorithm in ("Tree", "Ring") else "Ring"
-        return self.step_lat_scale * self.tables.hw_lat(hw, row, protocol)
+        lat = self.step_lat_scale * self.tables.hw_lat(hw, row, protocol)
+        if hw == "NET":  # the plugin's own figure, as stated: not NCCL's latency, so not scaled with it
+            lat += self.net_latency_us * (2 if protocol == "Simple" else 1)
+        return lat
 
     def launch_us(self, algorithm: str, protocol: str) -> float:
         base = self.tables.base_lat(algorithm, protocol) if algorithm in self.tables.algorithms else 0.0
@@ -83,13 +97,17 @@ class DesParams:
 
 
 def des_params(tables: TuningTables, sm: int, net_overhead_us: float = 1.0,
-               ll_max_bw_gbps: float = float("inf")) -> DesParams:
+               ll_max_bw_gbps: float = float("inf"), net_latency_us: float = 0.0,
+               p2p_net_bw_gbps: float = P2P_PER_CHANNEL_NET_BW) -> DesParams:
     """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release, on hosts whose
-    proxy costs `net_overhead_us` per network step, with LL capped at `ll_max_bw_gbps` per rank."""
+    proxy costs `net_overhead_us` per network step, with LL capped at `ll_max_bw_gbps` per rank, a
+    network plugin that states `net_latency_us` and point-to-point channels that move
+    `p2p_net_bw_gbps` each across nodes."""
     blackwell = sm >= 100 and tables.version.minor >= 25  # before 2.25 Blackwell searched with SM90's ladder
     cta = SPEEDS["intra"][100 if blackwell else 90 if sm >= 90 else 0][0]
     nvls = _NVLS_EFFICIENCY[100] if sm >= 100 else _NVLS_EFFICIENCY[90]
-    return DesParams(tables, cta, nvls, net_overhead_us=net_overhead_us, ll_max_bw_gbps=ll_max_bw_gbps)
+    return DesParams(tables, cta, nvls, net_overhead_us=net_overhead_us, ll_max_bw_gbps=ll_max_bw_gbps,
+                     net_latency_us=net_latency_us, p2p_net_bw_gbps=p2p_net_bw_gbps)
 
 
 PARAM_NAMES = {
@@ -100,7 +118,9 @@ PARAM_NAMES = {
     "des.max_chunks": "max_chunks",
     "des.exact_nodes": "exact_nodes",
     "proxy.overhead_us": "net_overhead_us",
+    "net.latency_us": "net_latency_us",
     "ll.max_bw_gbps": "ll_max_bw_gbps",
+    "p2p_net.bw_gbps": "p2p_net_bw_gbps",
 }
 
 
@@ -109,17 +129,18 @@ LINK_KINDS = {"nvlink.bw_gbps": "NVL", "pcie.bw_gbps": "PCI", "c2c.bw_gbps": "C2
               "net.bw_gbps": "NET", "cable.bw_gbps": "CABLE"}
 
 
+_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us")
 SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)  # every name `--set` and `[sweep.set]` take
 
 
 def check_override(name: str, value: float, where: str = "--set") -> None:
     """A UsageError unless `name` can be set to `value`: a known name, a bandwidth or parameter
-    above 0 (the proxy's post overhead may be 0)."""
+    above 0 (the proxy's post overhead and the plugin's latency may be 0)."""
     if name not in SET_NAMES:
         raise UsageError(f"unknown engine parameter '{name}'", where, ", ".join(SET_NAMES))
     if name in LINK_KINDS and not value > 0:
         raise UsageError(f"{name}={value:g}", where, "a bandwidth above 0 GB/s")
-    if name in PARAM_NAMES and PARAM_NAMES[name] != "net_overhead_us" and not value > 0:
+    if name in PARAM_NAMES and PARAM_NAMES[name] not in _MAY_BE_ZERO and not value > 0:
         raise UsageError(f"{name}={value:g}", where, "a value above 0")
     if not value >= 0:
         raise UsageError(f"{name}={value:g}", where, "a value of 0 or more")

@@ -12,7 +12,8 @@
 - `cta(rank, channel)`: one virtual link per rank and channel standing for the CTA, through which
   every transfer that CTA drives passes (so a channel moves no faster than its CTA can);
   `proxy(rank)`: one per rank for its proxy thread, which posts the network steps of all channels;
-  `ll(rank)`: one per rank that all its LL sends cross.
+  `ll(rank)`: one per rank that all its LL sends cross; `p2p_net_channel(rank, channel)`: one per
+  rank and channel that its point-to-point sends to other nodes cross.
 Each route also says which NCCL hardware row prices its steps (NVLINK, PCI or NET). Routes are
 computed once per connection and kept.
 """
@@ -50,7 +51,7 @@ class Router:
 
     @property
     def n_links(self) -> int:
-        return self.cta_base + self.job.nranks * (self.n_channels + 2)
+        return self.cta_base + self.job.nranks * (2 * self.n_channels + 2)
 
     def cta(self, rank: int, channel: int) -> int:
         return self.cta_base + rank * self.n_channels + channel % self.n_channels
@@ -63,6 +64,12 @@ class Router:
     def ll(self, rank: int) -> int:
         """The rank's LL sends as a link (LL's flag polling caps what a rank moves with it)."""
         return self.cta_base + self.job.nranks * (self.n_channels + 1) + rank
+
+    def p2p_net_channel(self, rank: int, channel: int) -> int:
+        """One point-to-point channel's sends across the network as a link: what one such channel
+        moves there is bounded (hwparams.py p2p_net_bw_gbps), whatever the NIC could take."""
+        return self.cta_base + self.job.nranks * (self.n_channels + 2) + rank * self.n_channels \
+            + channel % self.n_channels
 
     def _gpu(self, rank: int) -> int:
         return self.system.gpu_by_rank(rank % self.per_node)
