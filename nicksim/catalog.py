@@ -34,6 +34,8 @@ CATALOG: Mapping[str, CatalogEntry] = MappingProxyType({e.name: e for e in (
     CatalogEntry("dgx-a100", "dgx-a100.xml", "a100", "ib", "DGX A100: 8x A100-SXM4, 6 NVSwitch, 8x HDR 200G, 2x EPYC 7742"),
     CatalogEntry("dgx-h100", "dgx-h100.xml", "h100", "ib", "DGX H100: 8x H100 SXM5, 4 NVSwitch, 8x NDR 400G, 2x Xeon 8480C"),
     CatalogEntry("hgx-h200", "hgx-h200.xml", "h200", "ib", "HGX H200: 8x H200 SXM, NVSwitch, 8x 400G, 2x Emerald Rapids"),
+    CatalogEntry("hgx-h800", "hgx-h800.xml", "h800", "ib",
+                 "HGX H800: 8x H800 SXM5 (8 NVLinks each), NVSwitch, 8x 400G, 2x Sapphire Rapids"),
     CatalogEntry("dgx-b200", "dgx-b200.xml", "b200", "ib", "DGX B200: 8x B200, 2 NVSwitch, 8x NDR 400G, 2x Xeon 8570"),
     CatalogEntry("gb200-nvl72", "gb200-nvl72.xml", "gb200", "ib",
                  "GB200 NVL72: 18 trays x 4 B200 + 2 Grace (C2C), one NVLink domain, one 400G NIC per GPU"),

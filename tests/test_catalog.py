@@ -7,7 +7,8 @@ from nicksim.errors import TopologyError, UnknownNameError
 from nicksim.hardware import gpu_model
 
 EXPECTED = {  # name: (GPUs, NETs, hosts)
-    "dgx-a100": (8, 8, 1), "dgx-h100": (8, 8, 1), "hgx-h200": (8, 8, 1), "dgx-b200": (8, 8, 1),
+    "dgx-a100": (8, 8, 1), "dgx-h100": (8, 8, 1), "hgx-h200": (8, 8, 1), "hgx-h800": (8, 8, 1),
+    "dgx-b200": (8, 8, 1),
     "gb200-nvl72": (72, 72, 18), "pcie-8x-rtx4090": (8, 1, 1), "pcie-2x-rtx2080ti": (2, 1, 1),
     "pcie-8x-l40s": (8, 4, 1),
 }

@@ -35,6 +35,7 @@ def times(job, collective, nbytes, **setup):
 
 AGREEING = [(system, 1, coll) for system in ("dgx-h100", "dgx-a100", "hgx-h200", "dgx-b200", "pcie-8x-rtx4090")
             for coll in COLLECTIVES] + [("dgx-h100", 2, coll) for coll in COLLECTIVES] \
+    + [("hgx-h800", 1, coll) for coll in COLLECTIVES if coll != "all_reduce"] \
     + [("dgx-h100", nodes, coll) for nodes in (1, 2) for coll in ("sendrecv", "alltoall")] \
     + [(system, 1, coll) for system in ("dgx-a100", "hgx-h200", "dgx-b200", "pcie-8x-rtx4090", "pcie-2x-rtx2080ti")
        for coll in ("sendrecv", "alltoall")]
@@ -51,6 +52,24 @@ def test_des_agrees_with_the_model_for_large_messages_on_symmetric_systems(syste
         model_us, run = times(job, collective, nbytes)
         assert run.hang is None
         assert run.time_us == pytest.approx(model_us, rel=0.15), (nbytes, run.plan.algorithm, run.plan.protocol)
+
+
+def test_nvls_on_h800_runs_at_the_ports_where_the_formula_takes_the_searchs_speed():
+    # H800: 8 NVLinks a GPU (164.8 GB/s). NCCL's NVLS search settles on 8 channels at 15 GB/s (120 GB/s, the speed
+    # ladder's step that fits the heads' traffic); the formula prices NVLS all_reduce at that (x nvlsEfficiency
+    # x 2 x 7/8: 178 GB/s busbw). The DES moves the bytes at the NVSwitch ports' rate x nvlsEfficiency: about
+    # 20% faster. Widening NVLink speeds the DES up as much, which the formula cannot see.
+    job = job_of("hgx-h800")
+    nvls = job.graphs["nvls"]
+    assert (nvls.n_channels, nvls.bw_intra) == (8, 15.0)
+    assert nvls.n_channels * nvls.bw_intra < job.paths.gpu_path(0, 1).bw_gbps
+    model_us, run = times(job, "all_reduce", 1024 * MiB)
+    assert run.plan.algorithm == "NVLS"
+    assert 0.75 * model_us < run.time_us < 0.87 * model_us
+    setup = des_setup(job)
+    wide = simulate(des_setup(job, with_overrides(setup.params, {"nvlink.bw_gbps": 2 * 164.8})),
+                    call_for_size("all_reduce", 1024 * MiB, "float", "sum", 0, job.nranks))
+    assert wide.time_us < 0.6 * run.time_us
 
 
 @pytest.mark.parametrize("collective, algorithm", [

@@ -32,7 +32,7 @@ def test_catalog_bandwidths():
     # Per GPU: NVLink links x per-link constant (topo.h 2.30.7: SM80 20.0, SM90 20.6, SM100 40.1),
     # PCIe width x code / 80 (kvDictPciGen: Gen4 120 -> 24, Gen5 240 -> 48).
     expected = {
-        "dgx-a100": 12 * 20.0, "dgx-h100": 18 * 20.6, "hgx-h200": 18 * 20.6, "dgx-b200": 18 * 40.1,
+        "dgx-a100": 12 * 20.0, "dgx-h100": 18 * 20.6, "hgx-h200": 18 * 20.6, "hgx-h800": 8 * 20.6, "dgx-b200": 18 * 40.1,
         "gb200-nvl72": 18 * 40.1, "pcie-8x-rtx4090": 24.0, "pcie-2x-rtx2080ti": 12.0, "pcie-8x-l40s": 24.0,
     }
     assert set(expected) == set(CATALOG)
