@@ -305,15 +305,21 @@ def test_a_point_to_point_channel_across_nodes_moves_what_nccl_expects_of_one():
             setup = des_setup(job)
             des_gbps = 1024 * MiB / simulate(setup, call).time_us / 1e3
             assert des_gbps == pytest.approx(expected_gbps, rel=0.03)
-            halved = with_overrides(setup.params, {"p2p_net.bw_gbps": P2P_PER_CHANNEL_NET_BW / 2})
-            assert 1024 * MiB / simulate(des_setup(job, halved), call).time_us / 1e3 == \
+            # the DES's connection: 9.4 us a step whatever its size (128 KiB / 14 GB/s); twice that, half the rate
+            assert setup.params.net_step_us == pytest.approx(131072 / (P2P_PER_CHANNEL_NET_BW * 1e3))
+            doubled = with_overrides(setup.params, {"net.step_us": 2 * setup.params.net_step_us})
+            assert 1024 * MiB / simulate(des_setup(job, doubled), call).time_us / 1e3 == \
                 pytest.approx(expected_gbps / 2, rel=0.03)
     # A channel's steps cost about the same whatever their size (NVIDIA/nccl#2409): twice the chunk, twice the rate.
     job = load_job(JobSpec(system="dgx-h100", nodes=10, nccl_version="2.29"),
                    read_params({"NCCL_P2P_NET_CHUNKSIZE": "262144"}))
     call = call_for_size("sendrecv", 1024 * MiB, "float", "sum", 0, job.nranks)
     assert 1024 * MiB / model_result(job, call).time_us / 1e3 == pytest.approx(2 * P2P_PER_CHANNEL_NET_BW, rel=0.01)
-    assert des_setup(job).params.p2p_net_bw_gbps == 2 * P2P_PER_CHANNEL_NET_BW
+    small = load_job(JobSpec(system="dgx-h100", nodes=10, gpus_per_node=1, nccl_version="2.29"),
+                     read_params({"NCCL_P2P_NET_CHUNKSIZE": "65536"}))  # 2 channels a peer at half the chunk
+    call = call_for_size("sendrecv", 1024 * MiB, "float", "sum", 0, small.nranks)
+    for answer in (model_result(small, call).time_us, simulate(des_setup(small), call).time_us):
+        assert 1024 * MiB / answer / 1e3 == pytest.approx(P2P_PER_CHANNEL_NET_BW, rel=0.03)
     # With one GPU a node and two nodes NCCL gives the peer 4 channels (56 GB/s): the GPU's path to its NIC
     # bounds it instead (48 GB/s; cluster01's smoke log: 43 GB/s).
     job = load_job(JobSpec(system="dgx-h100", nodes=2, gpus_per_node=1, nccl_version="2.29"), read_params({}))
@@ -321,6 +327,27 @@ def test_a_point_to_point_channel_across_nodes_moves_what_nccl_expects_of_one():
     call = call_for_size("sendrecv", 1024 * MiB, "float", "sum", 0, 2)
     assert 45 < 1024 * MiB / model_result(job, call).time_us / 1e3 < 4 * P2P_PER_CHANNEL_NET_BW
 
+
+
+def test_a_simple_network_step_costs_its_connection_the_same_whatever_its_size():
+    # Ring all_gather Simple across two DGX H100 at 16 MiB: 16 channels of 64 KiB a rank, each sent as two 32 KiB
+    # slices, one network step each: at 9.4 us a step a connection moves 3.5 GB/s, far below the NIC, and the
+    # call takes over twice its time without the step cost (cluster01's 80-rank all_gather at 32 MiB measures
+    # 2.5x). At 1 GiB the steps are full 512 KiB slots (56 GB/s a connection, above the NIC): no difference.
+    # Only Simple pays it: LL128 flags its lines (no flush after each step) and is left as it was.
+    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
+    job = job_of(nodes=2, env=env)
+    setup = des_setup(job)
+    free = with_overrides(setup.params, {"net.step_us": 0})
+    call = call_for_size("all_gather", 16 * MiB, "float", "sum", 0, job.nranks)
+    costed, bare = simulate(setup, call).time_us, simulate(des_setup(job, free), call).time_us
+    assert costed > 2 * bare
+    big = call_for_size("all_gather", 1024 * MiB, "float", "sum", 0, job.nranks)
+    assert simulate(setup, big).time_us == pytest.approx(simulate(des_setup(job, free), big).time_us, rel=0.03)
+    ll128 = job_of(nodes=2, env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128"})
+    s128 = des_setup(ll128)
+    assert simulate(s128, call).time_us == simulate(des_setup(ll128, with_overrides(s128.params,
+                                                                                   {"net.step_us": 0})), call).time_us
 
 
 # --- faults and stragglers -----------------------------------------------------------------------

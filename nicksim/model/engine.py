@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 import simpy
 
 from ..calls import Call
-from ..connect import p2p_channels, p2p_chunk_nbytes, p2p_net_channel_bw_gbps
+from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
 from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan, collnet_scheduled,
@@ -41,7 +41,7 @@ from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
 from .network import FluidNetwork
-from .routes import HW_NET, HW_NVLINK, Router
+from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "HangReport", "des_setup", "simulate", "simulate_sequences",
@@ -195,8 +195,7 @@ def default_params(job) -> DesParams:
     tables = tuning_tables(system.rules.version)
     net_latency_us = max((g.latency_inter for g in job.graphs.values()), default=0.0)
     return des_params(tables, sm, net_overhead_us(job.comm.inputs, job.params),
-                      ll_max_bw_gbps(tables, job.comm.inputs), float(net_latency_us),
-                      p2p_net_channel_bw_gbps(job.paths, job.nodes, job.params))
+                      ll_max_bw_gbps(tables, job.comm.inputs), float(net_latency_us))
 
 
 def coarse_plan(plan: Plan, max_chunks: int, nodes: int = 1) -> tuple[Plan, int]:
@@ -269,7 +268,8 @@ class _Sim:
             capacity[self.router.proxy(rank)] = 1.0  # 1 GB/s: a post of t us is t x 1000 bytes
             capacity[self.router.ll(rank)] = 2 * params.ll_max_bw_gbps  # on the wire, LL doubles the data
             for channel in range(self.router.n_channels):
-                capacity[self.router.p2p_net_channel(rank, channel)] = params.p2p_net_bw_gbps
+                for slot in range(NET_CONN_SLOTS):  # 1 GB/s: a step of t us is t x 1000 bytes
+                    capacity[self.router.net_conn(rank, channel, slot)] = 1.0
         for fault in setup.faults:
             if fault.kind == "degrade":
                 for link in fault.links:
@@ -290,6 +290,8 @@ class _Sim:
         self.end_us = 0.0
         self.nvls_eff = params.nvls_efficiency
         self.nvs_links = self.router.nvs_links()  # where multimem traffic pays nvls_efficiency
+        self.conn_base = self.router.net_conn(0, 0, 0)  # network connection links come last
+        self._conns: dict[tuple, tuple[int, ...]] = {}
         self.channel_end: dict[int, float] = {}
         self.spans: list = [] if setup.trace else None
         self.late = dict(setup.stragglers)
@@ -338,7 +340,8 @@ class _Sim:
             self.weight[rep] = len(members)
             for rank in range(self.job.nranks):  # stand-ins' transfers cross their members' CTA links too
                 self.net.capacity[self.router.cta(rank, rep)] *= len(members)
-                self.net.capacity[self.router.p2p_net_channel(rank, rep)] *= len(members)
+                for slot in range(NET_CONN_SLOTS):
+                    self.net.capacity[self.router.net_conn(rank, rep, slot)] *= len(members)
         for rank, progs in programs.items():
             for prog in progs:
                 if prog.channel not in self.groups:
@@ -443,7 +446,7 @@ class _Sim:
             # Multimem traffic moves at nvls_efficiency of the NVSwitch ports' rate: on those links
             # each byte costs 1/efficiency; the rest of the route (a NIC, say) carries it as it is.
             multimem = prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter"
-            costly = tuple(x for x in route if x in self.nvs_links) if multimem else ()
+            costly = tuple((x, 1.0 / self.nvls_eff) for x in set(route) if x in self.nvs_links) if multimem else ()
             lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
             for s in range(c.slices):
                 state[2] = s
@@ -472,9 +475,10 @@ class _Sim:
                     yield from self._post(posts, channel)
                 first = line if line is not None else wire * c.head_share
                 start = self.env.now
-                head, done, sent = self.net.transfer2(route, wire, lat, min(wire, first),
+                moved, steps = self._with_step_costs(c, route, wire, protocol)
+                head, done, sent = self.net.transfer2(moved, wire, lat, min(wire, first),
                                                       (rank, tuple(peers_out), channel), self.weight[channel],
-                                                      route_lat, costly, 1.0 / self.nvls_eff)
+                                                      route_lat, costly + steps)
                 for dst, conn in zip(peers_out, outs):
                     conn.post(head, done)
                     self._notify(("data", channel, rank, dst, prim.conn))
@@ -511,8 +515,9 @@ class _Sim:
                 lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
                 if hw == HW_NET:
                     yield from self._post(self._proxies(rank, channel), channel)
-                dones.append(self.net.transfer2(route, wire, lat, wire, (rank, tuple(peers_out), channel),
-                                                self.weight[channel], route_lat)[1])
+                moved, steps = self._with_step_costs(c, route, wire, protocol)
+                dones.append(self.net.transfer2(moved, wire, lat, wire, (rank, tuple(peers_out), channel),
+                                                self.weight[channel], route_lat, steps)[1])
             state[3] = "its round's transfers"
             yield simpy.AllOf(self.env, dones)
             self.last_progress = self.env.now
@@ -524,6 +529,24 @@ class _Sim:
                     self._pat_conn(channel, prim.recv_from[0], rank)[0] += 1
                     self._notify(("pat", channel, prim.recv_from[0], rank))
             index += len(batch)
+
+    def _with_step_costs(self, c: _CallRun, route: tuple[int, ...], wire: float, protocol: str
+                         ) -> tuple[tuple[int, ...], tuple[tuple[int, float], ...]]:
+        """The slice's route and what its bytes count as on the network connections it crosses: a
+        Simple slice carries its real steps (a coarse slice stands for `factor`) at net_step_us
+        each, whatever their size, on each connection's 1 GB/s link; LL and LL128 flag their lines
+        (no flush, no step round trip to wait for) and leave the connections out."""
+        cached = self._conns.get(route)
+        if cached is None:
+            conns = tuple(sorted({x for x in route if x >= self.conn_base}))
+            cached = self._conns[route] = (conns, tuple(x for x in route if x < self.conn_base) if conns else route)
+        conns, bare = cached
+        if not conns:
+            return route, ()
+        if protocol != "Simple" or wire <= 0:
+            return bare, ()
+        cost = self.params.net_step_us * 1e3 * c.factor / wire
+        return route, tuple((x, cost) for x in conns)
 
     def _post(self, proxies: tuple[int, ...], channel: int):
         """The rank's proxy thread posts a network step, sharing its time with every channel's posts
@@ -654,12 +677,16 @@ class _Sim:
             hw = HW_NET
         if COLLNET_SWITCH in prim.send_to:
             links += r.collnet_up(channel, rank)
+            if self.params.net_step_us > 0:
+                links.append(r.net_conn(rank, channel, 0))
             hw = HW_NET
+        slot = 0
         for dst in peers_out:
             route, kind = r.peer(channel, rank, dst)
             links += route
-            if c.plan.algorithm == "P2P" and kind == HW_NET:
-                links.append(r.p2p_net_channel(rank, channel))
+            if kind == HW_NET and slot < NET_CONN_SLOTS and self.params.net_step_us > 0:
+                links.append(r.net_conn(rank, channel, slot))
+                slot += 1
             if hw != HW_NET:
                 hw = kind
         if peers_out and c.plan.protocol == "LL" and c.plan.algorithm != "P2P":

@@ -24,10 +24,13 @@ hardware facts and differ only where the fabric makes them differ:
   socket transports, 75 us from aws-ofi-nccl on EFA), which NCCL adds to every network step of its
   model (graph latencyInter, twice for Simple: the send and the flush after the receive); the DES
   adds it to each network step the same way;
-- `p2p_net_bw_gbps`: what one point-to-point channel moves to another node: the 14 GB/s NCCL sizes
-  its channels per network peer by (paths.cc 2.29, NCCL_P2P_PER_CHANNEL_NET_BW's default) at the
-  default 128 KiB network chunk, in proportion to NCCL_P2P_NET_CHUNKSIZE (a step costs about the
-  same whatever its size: connect.p2p_net_channel_bw_gbps);
+- `net_step_us`: what each network step costs its connection, whatever its size, one step after
+  the other (the proxy's post, completion and flush, the flag round trips): 128 KiB / 14 GB/s =
+  9.4 us, the figure behind the 14 GB/s NCCL expects of one point-to-point channel at its default
+  128 KiB network chunk (paths.cc 2.29, NCCL_P2P_PER_CHANNEL_NET_BW); NVIDIA/nccl#2409 measures
+  10-12 us per step and connection on RoCE. A connection moves at most its step size per
+  net_step_us: a full 512 KiB Simple slot, 56 GB/s, more than a 400G NIC; the small chunks of
+  mid-size calls far less;
 - `ll_max_bw_gbps`: the most data a rank moves with LL, llMaxBws (by GPU generation, node count and,
   across nodes, CPU vendor, as NCCL indexes it): LL's flag polling, not the links, bounds it;
 - the protocols' wire cost: LL sends 16 bytes per 8 of data (half of every line is flag), LL128
@@ -55,6 +58,9 @@ __all__ = ["DesParams", "des_params", "with_overrides", "check_override", "PARAM
 
 _NVLS_EFFICIENCY = {90: 0.85, 100: 0.74}  # tuning.cc nvlsEfficiency (2.28.9-2.30.7), Hopper / Blackwell
 _WIRE = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}  # bytes on the wire per data byte
+# A network step's cost to its connection: the 128 KiB default NCCL_P2P_NET_CHUNKSIZE at the 14 GB/s
+# NCCL expects of one point-to-point channel across the network (paths.cc 2.29).
+NET_STEP_US = 131072 / (P2P_PER_CHANNEL_NET_BW * 1e3)
 
 
 def wire_nbytes(protocol: str, nbytes: float) -> float:
@@ -80,7 +86,7 @@ class DesParams:
     net_overhead_us: float = 1.0
     net_latency_us: float = 0.0
     ll_max_bw_gbps: float = float("inf")
-    p2p_net_bw_gbps: float = P2P_PER_CHANNEL_NET_BW
+    net_step_us: float = NET_STEP_US
     # (fabric link kind, GB/s) for every kind whose links the run gives another bandwidth.
     link_bw_gbps: tuple[tuple[str, float], ...] = ()
 
@@ -97,17 +103,15 @@ class DesParams:
 
 
 def des_params(tables: TuningTables, sm: int, net_overhead_us: float = 1.0,
-               ll_max_bw_gbps: float = float("inf"), net_latency_us: float = 0.0,
-               p2p_net_bw_gbps: float = P2P_PER_CHANNEL_NET_BW) -> DesParams:
+               ll_max_bw_gbps: float = float("inf"), net_latency_us: float = 0.0) -> DesParams:
     """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release, on hosts whose
-    proxy costs `net_overhead_us` per network step, with LL capped at `ll_max_bw_gbps` per rank, a
-    network plugin that states `net_latency_us` and point-to-point channels that move
-    `p2p_net_bw_gbps` each across nodes."""
+    proxy costs `net_overhead_us` per network step, with LL capped at `ll_max_bw_gbps` per rank and
+    a network plugin that states `net_latency_us`."""
     blackwell = sm >= 100 and tables.version.minor >= 25  # before 2.25 Blackwell searched with SM90's ladder
     cta = SPEEDS["intra"][100 if blackwell else 90 if sm >= 90 else 0][0]
     nvls = _NVLS_EFFICIENCY[100] if sm >= 100 else _NVLS_EFFICIENCY[90]
     return DesParams(tables, cta, nvls, net_overhead_us=net_overhead_us, ll_max_bw_gbps=ll_max_bw_gbps,
-                     net_latency_us=net_latency_us, p2p_net_bw_gbps=p2p_net_bw_gbps)
+                     net_latency_us=net_latency_us)
 
 
 PARAM_NAMES = {
@@ -120,7 +124,7 @@ PARAM_NAMES = {
     "proxy.overhead_us": "net_overhead_us",
     "net.latency_us": "net_latency_us",
     "ll.max_bw_gbps": "ll_max_bw_gbps",
-    "p2p_net.bw_gbps": "p2p_net_bw_gbps",
+    "net.step_us": "net_step_us",
 }
 
 
@@ -129,13 +133,13 @@ LINK_KINDS = {"nvlink.bw_gbps": "NVL", "pcie.bw_gbps": "PCI", "c2c.bw_gbps": "C2
               "net.bw_gbps": "NET", "cable.bw_gbps": "CABLE"}
 
 
-_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us")
+_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us")
 SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)  # every name `--set` and `[sweep.set]` take
 
 
 def check_override(name: str, value: float, where: str = "--set") -> None:
     """A UsageError unless `name` can be set to `value`: a known name, a bandwidth or parameter
-    above 0 (the proxy's post overhead and the plugin's latency may be 0)."""
+    above 0 (the proxy's post overhead, the plugin's latency and the network step's cost may be 0)."""
     if name not in SET_NAMES:
         raise UsageError(f"unknown engine parameter '{name}'", where, ", ".join(SET_NAMES))
     if name in LINK_KINDS and not value > 0:

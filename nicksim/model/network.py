@@ -93,18 +93,19 @@ class FluidNetwork:
         return self.transfer2(route, nbytes, lat_us, nbytes)[1]
 
     def transfer2(self, route: Sequence[int], nbytes: float, lat_us: float, head_nbytes: float, tag=None,
-                  weight: int = 1, route_lat_us: float | None = None, costly: tuple[int, ...] = (),
-                  cost: float = 1.0) -> tuple[simpy.Event, simpy.Event, simpy.Event]:
+                  weight: int = 1, route_lat_us: float | None = None,
+                  costs: tuple[tuple[int, float], ...] = ()) -> tuple[simpy.Event, simpy.Event, simpy.Event]:
         """(head, done, sent): fired when the first `head_nbytes` and when all `nbytes` have arrived,
         and when the last byte has left. `tag` names the transfer in `stalled()`; a `weight` of k
         stands for k identical transfers moving together (each link carries k times its rate);
         `route_lat_us` replaces the route's summed link latency (a route that is several parallel
-        ones, each with that latency); the `costly` links of the route carry each byte as `cost`
-        bytes (NVSwitch multicast traffic at less than the port's rate)."""
+        ones, each with that latency); `costs` pairs links of the route with what each byte counts
+        as on them (NVSwitch multicast traffic at less than the port's rate; a connection whose
+        every network step costs a fixed time)."""
         self.n_transfers += 1
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
-        shape = self._shape(tuple(route), weight, costly, cost)
+        shape = self._shape(tuple(route), weight, costs)
         path_lat = shape[6] if route_lat_us is None else route_lat_us
         item = _Transfer(shape[:6], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
@@ -112,17 +113,17 @@ class FluidNetwork:
         self._start(item)
         return head, done, sent
 
-    def _shape(self, route: tuple[int, ...], weight: int, costly: tuple[int, ...] = (), cost: float = 1.0) -> tuple:
-        """A route's links counted (times crossed x weight, x cost where costly) and its latency,
-        computed once per route."""
-        key = (route, weight, costly, cost)
+    def _shape(self, route: tuple[int, ...], weight: int, costs: tuple[tuple[int, float], ...] = ()) -> tuple:
+        """A route's links counted (times crossed x weight, x the link's cost where `costs` gives one)
+        and its latency, computed once per route."""
+        key = (route, weight, costs)
         shape = self._shapes.get(key)
         if shape is None:
             use = Counter(route)
             links = np.fromiter(use.keys(), dtype=np.int64, count=len(use))
             counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
-            if costly:
-                counts *= np.where(np.isin(links, costly), cost, 1.0)
+            for link, cost in dict(costs).items():
+                counts[links == link] *= cost
             solo = len(use) == 1 and route[0] in self._solo_links
             if not solo and any(link in self._solo_links for link in use):
                 raise ValueError(f"route {route} crosses a solo link together with others")

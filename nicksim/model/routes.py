@@ -12,8 +12,9 @@
 - `cta(rank, channel)`: one virtual link per rank and channel standing for the CTA, through which
   every transfer that CTA drives passes (so a channel moves no faster than its CTA can);
   `proxy(rank)`: one per rank for its proxy thread, which posts the network steps of all channels;
-  `ll(rank)`: one per rank that all its LL sends cross; `p2p_net_channel(rank, channel)`: one per
-  rank and channel that its point-to-point sends to other nodes cross.
+  `ll(rank)`: one per rank that all its LL sends cross; `net_conn(rank, channel, slot)`: one per
+  connection a rank sends on across the network (a primitive reaches at most NET_CONN_SLOTS peers
+  there: a tree's two children).
 Each route also says which NCCL hardware row prices its steps (NVLINK, PCI or NET). Routes are
 computed once per connection and kept.
 """
@@ -24,10 +25,11 @@ from ..paths import p2p_net
 from ..transports import channel_net
 from .fabric import Fabric, cable_route, node_route
 
-__all__ = ["Router", "HW_NVLINK", "HW_PCI", "HW_NET"]
+__all__ = ["Router", "HW_NVLINK", "HW_PCI", "HW_NET", "NET_CONN_SLOTS"]
 
 HW_NVLINK, HW_PCI, HW_NET = "NVLINK", "PCI", "NET"
 _PATTERN_NVLS = 5  # NCCL_TOPO_PATTERN_NVLS
+NET_CONN_SLOTS = 2  # network peers one primitive sends to at most (a tree node's two children)
 
 
 class Router:
@@ -51,7 +53,7 @@ class Router:
 
     @property
     def n_links(self) -> int:
-        return self.cta_base + self.job.nranks * (2 * self.n_channels + 2)
+        return self.cta_base + self.job.nranks * ((1 + NET_CONN_SLOTS) * self.n_channels + 2)
 
     def cta(self, rank: int, channel: int) -> int:
         return self.cta_base + rank * self.n_channels + channel % self.n_channels
@@ -65,11 +67,12 @@ class Router:
         """The rank's LL sends as a link (LL's flag polling caps what a rank moves with it)."""
         return self.cta_base + self.job.nranks * (self.n_channels + 1) + rank
 
-    def p2p_net_channel(self, rank: int, channel: int) -> int:
-        """One point-to-point channel's sends across the network as a link: what one such channel
-        moves there is bounded (hwparams.py p2p_net_bw_gbps), whatever the NIC could take."""
-        return self.cta_base + self.job.nranks * (self.n_channels + 2) + rank * self.n_channels \
-            + channel % self.n_channels
+    def net_conn(self, rank: int, channel: int, slot: int = 0) -> int:
+        """One of the rank's network connections on `channel` (the `slot`-th peer across the network a
+        primitive sends to) as a link: capacity 1 GB/s, so that a step costing t us is t x 1000
+        bytes on it, and a connection's steps follow one another (hwparams.py net_step_us)."""
+        return self.cta_base + self.job.nranks * (self.n_channels + 2) \
+            + (rank * self.n_channels + channel % self.n_channels) * NET_CONN_SLOTS + slot
 
     def _gpu(self, rank: int) -> int:
         return self.system.gpu_by_rank(rank % self.per_node)
