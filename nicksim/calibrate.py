@@ -154,8 +154,7 @@ def format_fit(f: Fit) -> list[str]:
 
 def calibration_text(f: Fit) -> str:
     """The calibration file for `f`: its [set] table, and the figures that justify it as comments."""
-    head = "\n".join("# " + line.lstrip("# ").rstrip() if not line.startswith("#") else line
-                     for line in format_fit(f))
+    head = "\n".join(line if line.startswith("#") else "# " + line[2:] for line in format_fit(f))
     return f"{head}\n[set]\n\"{f.name}\" = {f.value:g}\n"
 
 

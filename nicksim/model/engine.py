@@ -446,7 +446,8 @@ class _Sim:
             # Multimem traffic moves at nvls_efficiency of the NVSwitch ports' rate: on those links
             # each byte costs 1/efficiency; the rest of the route (a NIC, say) carries it as it is.
             multimem = prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter"
-            costly = tuple((x, 1.0 / self.nvls_eff) for x in set(route) if x in self.nvs_links) if multimem else ()
+            costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
+                      if multimem else ())
             lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
             for s in range(c.slices):
                 state[2] = s
