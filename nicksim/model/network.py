@@ -234,8 +234,9 @@ class FluidNetwork:
         if solo.size:
             first = np.cumsum(self._sizes) - self._sizes
             link, times = self._pair_link[first[solo]], self._pair_times[first[solo]]
-            load = np.bincount(link, weights=times, minlength=len(self.capacity))
-            self._rate[solo] = self.capacity[link] / load[link]
+            _, on = np.unique(link, return_inverse=True)
+            load = np.bincount(on, weights=times)
+            self._rate[solo] = self.capacity[link] / load[on]
             # Solo links are never shared ones; a link listed twice is counted once by busy_us.
             busy = np.concatenate([busy, link[self.capacity[link] > 0]])
         self._busy = busy
