@@ -135,7 +135,8 @@ def fit(cases: list[Case], name: str = "step_lat.scale", values: tuple[float, ..
 def format_fit(f: Fit) -> list[str]:
     """The fit as text: the median error at each value, the value chosen, the held-out figures."""
     neutral = FIT_NAMES[f.name]
-    lines = [f"# nicksim calibrate: {f.name} over {len(f.cases)} cases; median |busbw error| over sizes >= 1 MiB",
+    cases = f"{len(f.cases)} case" + ("" if len(f.cases) == 1 else "s")
+    lines = [f"# nicksim calibrate: {f.name} over {cases}; median |busbw error| over sizes >= 1 MiB",
              f"# {'value':>6} {'median%':>8}"]
     for v, m in f.medians:
         mark = "  <- chosen" if v == f.value else ("  (NCCL's own)" if v == neutral else "")
