@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .choose import nvls_channels
 from .collnet import collnet_setup, graph_heads
-from .constants.topo_rules import P2P_PER_CHANNEL_NET_BW
+from .constants.topo_rules import NET_STEP_US, P2P_NET_CHUNK_DEFAULT, P2P_PER_CHANNEL_NET_BW
 from .errors import UsageError
 from .params import Params
 from .paths import Paths, local_net, local_nets
@@ -344,16 +344,13 @@ def format_channel_counts(minor: int, n_channels: int, nvls_channels: int, p2p: 
 _ARCH_ARM = 3  # NCCL_TOPO_CPU_ARCH_ARM
 
 
-_P2P_NET_CHUNK_DEFAULT = 131072  # NCCL_P2P_NET_CHUNKSIZE's default, the chunk NCCL's 14 GB/s goes with
-
-
 def p2p_net_channel_bw_gbps(paths: Paths, nodes: int, params: Params) -> float:
-    """What one point-to-point channel moves to another node (GB/s): NCCL's 14 GB/s a channel
-    (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc 2.29) at its default 128 KiB network chunk, in
-    proportion to the chunk: a connection's steps cost about the same time whatever their size
-    (NVIDIA/nccl#2409: 13.1 GB/s with 128 KiB chunks, 87.6 with 1 MiB)."""
-    chunk = p2p_chunk_nbytes(paths, nodes, params) if nodes > 1 else _P2P_NET_CHUNK_DEFAULT
-    return P2P_PER_CHANNEL_NET_BW * chunk / _P2P_NET_CHUNK_DEFAULT
+    """What one point-to-point channel moves to another node (GB/s): one network chunk per
+    NET_STEP_US, the step cost behind NCCL's 14 GB/s a channel at its default 128 KiB chunk
+    (NCCL_P2P_PER_CHANNEL_NET_BW, paths.cc 2.29): a connection's steps cost about the same time
+    whatever their size (NVIDIA/nccl#2409)."""
+    chunk = p2p_chunk_nbytes(paths, nodes, params) if nodes > 1 else P2P_NET_CHUNK_DEFAULT
+    return chunk / (NET_STEP_US * 1e3)
 
 
 def p2p_chunk_nbytes(paths: Paths, nodes: int, params: Params) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+from .constants.topo_rules import P2P_NET_CHUNK_DEFAULT, P2P_PER_CHANNEL_NET_BW
 from .errors import UsageError
 
 __all__ = [
@@ -95,7 +96,7 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_ALGO", None, "list-algo", "algorithms allowed, NCCL list grammar"),
     _k("NCCL_PROTO", None, "list-proto", "protocols allowed, NCCL list grammar"),
     _k("NCCL_BUFFSIZE", 4194304, "int", "Simple protocol buffer per connection, bytes"),
-    _k("NCCL_P2P_NET_CHUNKSIZE", 131072, "int", "send/recv chunk over NET, bytes"),
+    _k("NCCL_P2P_NET_CHUNKSIZE", P2P_NET_CHUNK_DEFAULT, "int", "send/recv chunk over NET, bytes"),
     _k("NCCL_P2P_NVL_CHUNKSIZE", 524288, "int", "send/recv chunk when every GPU pair is on NVLink, bytes"),
     _k("NCCL_P2P_PCI_CHUNKSIZE", 131072, "int", "send/recv chunk over PCI, bytes"),
     _k("NCCL_P2P_SCHEDULE_GROUP_SIZE", 8, "int", "ranks per group of the send/recv schedule across nodes (2.28+)"),
@@ -110,7 +111,7 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_MIN_P2P_NCHANNELS", 1, "int", "fewest point-to-point channels"),
     _k("NCCL_MAX_P2P_NCHANNELS", 64, "int", "most point-to-point channels"),
     _k("NCCL_NCHANNELS_PER_NET_PEER", None, "int", "point-to-point channels per peer on another node"),
-    _k("NCCL_P2P_PER_CHANNEL_NET_BW", 14, "int", "GB/s one point-to-point channel drives over NET (2.29+)"),
+    _k("NCCL_P2P_PER_CHANNEL_NET_BW", int(P2P_PER_CHANNEL_NET_BW), "int", "GB/s one point-to-point channel drives over NET (2.29+)"),
     _k("NCCL_COLLNET_ENABLE", 0, "int", "CollNet (SHARP) algorithms"),
     _k("NCCL_COLLNET_NODE_THRESHOLD", 2, "int", "fewest nodes for which CollNet stays on"),
     _k("NCCL_SHARP_DISABLE_ALLGATHER", 0, "int", "SHARP plugin: 1 withdraws its iallgather (no CollNet AllGather)"),

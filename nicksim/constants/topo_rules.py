@@ -11,7 +11,8 @@ from functools import lru_cache
 
 from .versions import NcclVersion
 
-__all__ = ["TopoRules", "topo_rules", "LOC_BW", "PCI_GEN_CODES", "PCI_DEFAULT_CODE", "P2P_PER_CHANNEL_NET_BW"]
+__all__ = ["TopoRules", "topo_rules", "LOC_BW", "PCI_GEN_CODES", "PCI_DEFAULT_CODE",
+           "P2P_PER_CHANNEL_NET_BW", "P2P_NET_CHUNK_DEFAULT", "NET_STEP_US"]
 
 # topo.h, unchanged 2.18-2.30.
 LOC_BW = 5000.0
@@ -27,6 +28,10 @@ AMD_BW = 16.0      # 2.19+; AMD fell back to LOC_BW before
 # paths.cc 2.29: NCCL_P2P_PER_CHANNEL_NET_BW default, what NCCL expects one point-to-point channel
 # to move across the network (GB/s); it sizes the channels per network peer by it.
 P2P_PER_CHANNEL_NET_BW = 14.0
+# NCCL_P2P_NET_CHUNKSIZE's default (init.cc; params.py takes it from here), the network step that 14 GB/s goes with: one step costs its
+# connection 131072 B / 14 GB/s = 9.4 us, whatever its size (NVIDIA/nccl#2409 measures 10-12 us on RoCE).
+P2P_NET_CHUNK_DEFAULT = 131072
+NET_STEP_US = P2P_NET_CHUNK_DEFAULT / (P2P_PER_CHANNEL_NET_BW * 1e3)
 
 # topo.cc kvDictPciGen: per-lane speed in units of 100 Mbit/s; bw = width * code / 80 GB/s.
 PCI_GEN_CODES = {

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..constants.topo_rules import P2P_PER_CHANNEL_NET_BW
+from ..constants.topo_rules import NET_STEP_US
 from ..constants.tuning_tables import TuningTables
 from ..errors import UsageError
 from ..search import SPEEDS
@@ -58,9 +58,6 @@ __all__ = ["DesParams", "des_params", "with_overrides", "check_override", "PARAM
 
 _NVLS_EFFICIENCY = {90: 0.85, 100: 0.74}  # tuning.cc nvlsEfficiency (2.28.9-2.30.7), Hopper / Blackwell
 _WIRE = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}  # bytes on the wire per data byte
-# A network step's cost to its connection: the 128 KiB default NCCL_P2P_NET_CHUNKSIZE at the 14 GB/s
-# NCCL expects of one point-to-point channel across the network (paths.cc 2.29).
-NET_STEP_US = 131072 / (P2P_PER_CHANNEL_NET_BW * 1e3)
 
 
 def wire_nbytes(protocol: str, nbytes: float) -> float:
