@@ -47,3 +47,29 @@ def test_max_min_fairness_holds(flows, capacity):
         assert any(load[link] >= cap_ * (1 - 1e-6) and all(r <= rate * (1 + 1e-6)
                                                            for other, r in zip(flows, rates) if link in other)
                    for link, cap_ in ((l, capacity[l]) for l in route))
+
+
+def test_a_shared_scratch_changes_nothing_and_is_left_as_given():
+    # The network reuses one link-numbering scratch over thousands of divisions: each division must
+    # give what a fresh one gives (rates and busy links, as fabric link ids) and leave it all -1.
+    import numpy as np
+
+    from nicksim.model.flows import fair_rates_flat
+    capacity = np.array([10.0, 4.0, 7.0, 1.0, 3.0, 9.0, 2.0, 5.0])
+    scratch = np.full(capacity.size, -1, dtype=np.int64)
+    for links, times, sizes, skip in (([6, 1, 1, 7], [1.0, 1.0, 2.0, 1.0], [2, 1, 1], [False, False, False]),
+                                      ([5, 3, 5, 0, 3], [1.0, 3.0, 1.0, 1.0, 1.0], [2, 2, 1], [False, True, False]),
+                                      ([2], [1.0], [1], [False])):
+        args = (np.array(links), np.array(times), np.array(sizes), capacity, np.array(skip))
+        fresh_rates, fresh_busy = fair_rates_flat(*args)
+        rates, busy = fair_rates_flat(*args, scratch)
+        assert rates.tolist() == fresh_rates.tolist()
+        assert sorted(busy.tolist()) == sorted(fresh_busy.tolist())
+        assert set(busy.tolist()) <= set(links)
+        assert (scratch == -1).all()
+    # Transfer 0 crosses link 6 (2 GB/s) and link 1 (4 GB/s) once, transfer 1 link 1 twice: link 1
+    # fills first, at 3 x 4/3, before link 6 would at 2; both keep 4/3.
+    rates, busy = fair_rates_flat(np.array([6, 1, 1]), np.array([1.0, 1.0, 2.0]), np.array([2, 1]), capacity,
+                                  scratch=scratch)
+    assert rates.tolist() == [4 / 3, 4 / 3]
+    assert sorted(busy.tolist()) == [1, 6]

@@ -31,31 +31,53 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity_gbps: Sequence[float
 
 
 def fair_rates_flat(link: np.ndarray, times: np.ndarray, sizes: np.ndarray, capacity_gbps: np.ndarray,
-                    skip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    skip: np.ndarray | None = None, scratch: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """max_min_rates over the (transfer, link) pairs already laid out flat, as the network keeps
     them: transfer i owns the next `sizes[i]` pairs, pair k crossing `link[k]` `times[k]` times.
     Transfers marked in `skip` are left out (rate 0, their links not counted). Returns the rates
-    and the links that the transfers that move keep busy."""
+    and the links that the transfers that move keep busy. `scratch`, one int64 per link holding
+    -1, lets a caller that divides the same links many times keep the work in proportion to the
+    pairs rather than to every link of the fabric (it is left as it was given)."""
     if skip is None:
         skip = np.zeros(len(sizes), dtype=np.bool_)
+    if scratch is None:
+        scratch = np.full(len(capacity_gbps), -1, dtype=np.int64)
     return _progressive_filling(np.ascontiguousarray(link, dtype=np.int64),
                                 np.ascontiguousarray(times, dtype=np.float64),
                                 np.ascontiguousarray(sizes, dtype=np.int64),
                                 np.ascontiguousarray(capacity_gbps, dtype=np.float64),
-                                np.ascontiguousarray(skip, dtype=np.bool_))
+                                np.ascontiguousarray(skip, dtype=np.bool_), scratch)
 
 
 @numba.njit(cache=True)
-def _progressive_filling(link, times, sizes, capacity, skip):  # pragma: no cover - compiled
+def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch):  # pragma: no cover - compiled
     # Each round raises every active transfer's rate by the largest step no link can refuse, then
     # freezes the transfers on the links it filled. Compiled: the network divides its links
     # thousands of times per call, over tens of thousands of (transfer, link) pairs, and each round
-    # touches only the links still in use and the pairs of the transfers it freezes.
-    n, n_links = sizes.size, capacity.size
+    # touches only the links still in use and the pairs of the transfers it freezes. The links the
+    # pairs cross are numbered 0.. first (scratch maps a link to its number), so that nothing here
+    # grows with the links no transfer crosses.
+    n = sizes.size
     rates = np.zeros(n)
     first = np.zeros(n + 1, dtype=np.int64)
     for i in range(n):
         first[i + 1] = first[i] + sizes[i]
+    ids = np.empty(link_ids.size, dtype=np.int64)
+    link = np.empty(link_ids.size, dtype=np.int64)
+    n_links = 0
+    for k in range(link_ids.size):
+        x = link_ids[k]
+        if scratch[x] < 0:
+            scratch[x] = n_links
+            ids[n_links] = x
+            n_links += 1
+        link[k] = scratch[x]
+    for j in range(n_links):
+        scratch[ids[j]] = -1
+    capacity = np.empty(n_links)
+    for j in range(n_links):
+        capacity[j] = capacity_all[ids[j]]
     left = capacity.copy()
     active = np.zeros(n, dtype=np.bool_)
     on_link = np.zeros(n_links + 1, dtype=np.int64)  # active pairs per link, then CSR offsets
@@ -121,4 +143,4 @@ def _progressive_filling(link, times, sizes, capacity, skip):  # pragma: no cove
                 used[kept] = used[j]
                 kept += 1
         m = kept
-    return rates, busy
+    return rates, ids[busy]

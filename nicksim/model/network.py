@@ -69,6 +69,7 @@ class FluidNetwork:
         self._busy_shared = np.zeros(0, dtype=np.int64)  # busy links as of the last full division
         self.bytes_on = [0.0] * len(self.capacity)
         self.busy_us = np.zeros(len(self.capacity))
+        self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)  # flows.py's link numbering
         self._busy = np.zeros(0, dtype=np.int64)  # links carrying something since the last division
         self._since = 0.0
         self._wake = 0          # generation of the pending wake-up; older ones are stale
@@ -220,7 +221,7 @@ class FluidNetwork:
         self.n_divisions += 1
         if self.moving:
             self._rate, self._busy_shared = fair_rates_flat(self._pair_link, self._pair_times, self._sizes,
-                                                            self.capacity, self._solo)
+                                                            self.capacity, self._solo, self._scratch)
         else:
             self._rate = np.zeros(0)
             self._busy_shared = np.zeros(0, dtype=np.int64)
