@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .collnet import COLLNET_OFF, CollNetSetup
-from .constants.tuning_tables import PROTOCOLS, TuningTables, tuning_tables
+from .constants.tuning_tables import NET_OVERHEAD_SIMPLE_POSTS, PROTOCOLS, TuningTables, tuning_tables
 from .constants.versions import NcclVersion
 from .errors import UsageError
 from .params import Params
@@ -471,7 +471,7 @@ def _latency(rules: TimeModelRules, t: TuningTables, inputs: TuneInputs, g: Grap
             return lat + nsteps * step
         overhead = 0.0
         if n_nodes > 1:
-            overhead = net_overhead_us(inputs, params) * (3 if proto == "Simple" else 1)
+            overhead = net_overhead_us(inputs, params) * (NET_OVERHEAD_SIMPLE_POSTS if proto == "Simple" else 1)
         intra = max(intra, overhead)
         if rules.ring_allreduce_inter_steps_2n:
             inter_steps = (2 * n_nodes if n_nodes > 1 else 0) if func == "AllReduce" else n_nodes - 1

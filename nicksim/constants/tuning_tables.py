@@ -22,6 +22,7 @@ __all__ = [
     "PROTOCOLS",
     "HARDWARE",
     "COMPCAP_ROWS",
+    "NET_OVERHEAD_SIMPLE_POSTS",
     "TuningTables",
     "tuning_tables",
 ]
@@ -32,6 +33,11 @@ HARDWARE: tuple[str, ...] = ("NVLINK", "PCI", "NET")
 COMPCAP_ROWS: tuple[str, ...] = ("Volta", "Ampere", "Hopper", "Blackwell")
 
 Row3 = tuple[float, float, float]
+
+# A Simple network step costs the proxy three times getNetOverhead, LL and LL128 once (tuning.cc
+# ncclTopoTuneModel, rings across nodes: "if (p == NCCL_PROTO_SIMPLE) netOverhead *= 3"; 2.18.6
+# through 2.30.7).
+NET_OVERHEAD_SIMPLE_POSTS = 3
 
 # --- baseLat[algorithm][protocol], us -------------------------------------------------------------
 # 2.18.6: CollNet rows copy Tree's and NVLS carries 23 us; 2.19 moved NVLS/CollNet cost into hwLat.
