@@ -266,6 +266,20 @@ def test_one_proxy_thread_posts_every_channels_network_steps():
     assert times_us[16][1] <= times_us[8][1]  # without the proxy more channels are never slower
 
 
+def test_the_receivers_proxy_takes_each_network_step_as_the_senders_posts_it():
+    # net.cc: the sender's proxy posts each step (isend), the receiver's tests the receive and hands the step to
+    # its GPU; each is a pass of a proxy thread (getNetOverhead). One LL step from one node to the other (a
+    # 2-rank broadcast, one channel) waits for both: 50 us posts cost it 100 us, where the sender's alone would
+    # cost 50.
+    job = job_of(nodes=2, gpus_per_node=1, env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MIN_CTAS": "1",
+                                                "NCCL_MAX_CTAS": "1"})
+    call = call_for_size("broadcast", 1024, "float", "sum", 0, job.nranks)
+    params = des_setup(job).params
+    slow, free = (simulate(des_setup(job, with_overrides(params, {"proxy.overhead_us": us})), call).time_us
+                  for us in (50, 0))
+    assert 95 < slow - free < 105
+
+
 def test_the_network_plugins_latency_is_added_to_every_network_step():
     # aws-ofi-nccl states 75 us (ncclNetProperties.latency; hardware.py), NCCL's own IB transport 0; NCCL's model
     # adds it to each network step, twice for Simple (the send and the flush): so does the DES.
@@ -442,13 +456,14 @@ def test_symmetric_nodes_collapse_and_broken_symmetry_does_not():
 def test_each_channel_split_on_its_own_stays_close_to_the_exact_split(late):
     # Eight DGX H100 run NVLS Tree: the two trees together set every node apart (8 exact classes),
     # each tree alone leaves a few per depth. The per-channel split (forced with des.exact_nodes=2)
-    # loses the phase between a node's tree-0 and tree-1 channels on its proxy thread and ports: the
-    # bytes stay, the time stays within 1% at 1 GiB (bandwidth-bound) and within 5% at 64-256 MiB.
-    # The exact split stays the default up to 128 classes.
+    # loses the phase between a node's tree-0 and tree-1 channels on its proxy threads (posting at the
+    # sender, taking at the receiver) and ports: the bytes stay, the time stays within 1% at 1 GiB
+    # (bandwidth-bound), 5% at 256 MiB and 10% at 64 MiB (8.6% measured, where 1 us at each end is a
+    # good part of a 64 KiB step). The exact split stays the default up to 128 classes.
     job = job_of(nodes=8)
     setup = des_setup(job, stragglers=late)
     apart_setup = replace(setup, params=replace(setup.params, exact_nodes=2), derived={})
-    for nbytes, within in ((1024 * MiB, 0.01), (256 * MiB, 0.05), (64 * MiB, 0.05)):
+    for nbytes, within in ((1024 * MiB, 0.01), (256 * MiB, 0.05), (64 * MiB, 0.10)):
         call = call_for_size("all_reduce", nbytes, "float", "sum", 0, job.nranks)
         exact, apart = simulate(setup, call), simulate(apart_setup, call)
         assert exact.plan.algorithm == "NVLSTree" and exact.exact and exact.n_node_classes == 8

@@ -13,7 +13,7 @@ latency. NVLS chunks go through the NVSwitch: a head's in-switch reduction reads
 every GPU of the node and its multicast writes it to all of them, at `nvls_efficiency` of the
 ports; CollNet chunks go up a head's NIC to the first switch, which reduces once every node's head
 has sent it, and come back down. Every step a rank sends over the network is first posted by its
-one proxy thread. Point-to-point calls run plan_p2p.py's programs the same way.
+one proxy thread, and taken by the receiver's before the receiving GPU sees it. Point-to-point calls run plan_p2p.py's programs the same way.
 
 Large calls are simulated in coarser chunks (at most `max_chunks` per channel, the chunk grown by
 a whole factor): the bottleneck and the overlap stay, the event count stays bounded. Channels that
@@ -436,11 +436,12 @@ class _Sim:
             state[0], state[1] = index, prim
             peers_out = [dst for dst in prim.send_to if dst >= 0]
             route, hw, route_lat = self._route(c, prim, rank, channel, node, local, peers_out)
-            posts = self._proxies(rank, channel) if any(c.router.peer(channel, rank, d)[1] == HW_NET
-                                               for d in peers_out) else ()
+            net_out = [d for d in peers_out if c.router.peer(channel, rank, d)[1] == HW_NET]
+            posts = self._proxies(rank, channel) if net_out else ()
             # Connections run between the ranks simulated: a peer's stand-in, once per primitive.
             peers_in = self._stand_ins(prim.recv_from, channel)
             peers_out = self._stand_ins(prim.send_to, channel)
+            net_out = set(self._stand_ins(net_out, channel))
             nbytes = prim.nelem * elem / c.slices
             wire = wire_nbytes(protocol, nbytes)
             # Multimem traffic moves at nvls_efficiency of the NVSwitch ports' rate: on those links
@@ -481,7 +482,7 @@ class _Sim:
                                                       (rank, tuple(peers_out), channel), self.weight[channel],
                                                       route_lat, costly + steps)
                 for dst, conn in zip(peers_out, outs):
-                    conn.post(head, done)
+                    conn.post(*(self._received(dst, channel, head, done) if dst in net_out else (head, done)))
                     self._notify(("data", channel, rank, dst, prim.conn))
                 self._switch_outputs(c, prim, channel, node, key, head, done)
                 state[3] = "its transfer"
@@ -548,6 +549,23 @@ class _Sim:
             return bare, ()
         cost = self.params.net_step_us * 1e3 * c.factor / wire
         return route, tuple((x, cost) for x in conns)
+
+    def _received(self, dst: int, channel: int, head: simpy.Event, done: simpy.Event
+                  ) -> tuple[simpy.Event, simpy.Event]:
+        """A network slice as its receiver sees it: its first step in once the receiver's proxy
+        thread has taken it (a post of its own, as the sender's: test the receive, hand the step
+        to the GPU), all of it once both that and the bytes are in."""
+        if self.params.net_overhead_us <= 0:
+            return head, done
+        seen = self.env.event()
+        self.env.process(self._take(dst, channel, head, seen))
+        return seen, self.env.all_of([done, seen])
+
+    def _take(self, dst: int, channel: int, head: simpy.Event, seen: simpy.Event):
+        if not head.processed:
+            yield head
+        yield from self._post(self._proxies(dst, channel), channel)
+        seen.succeed()
 
     def _post(self, proxies: tuple[int, ...], channel: int):
         """The rank's proxy thread posts a network step, sharing its time with every channel's posts

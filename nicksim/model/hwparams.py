@@ -15,11 +15,11 @@ hardware facts and differ only where the fabric makes them differ:
 - `nvls_efficiency`: the share of an NVLink port that NVSwitch multicast and in-switch reduction
   traffic gets (nvlsEfficiency, 2.28.9-2.30.7: Hopper 0.85, Blackwell 0.74: a property of the
   switch generation, so it applies to every release);
-- `net_overhead_us`: what the rank's proxy thread spends posting each network step, one post at a
-  time for all the rank's channels (tuning.cc getNetOverhead, "network post overhead":
-  NCCL_NET_OVERHEAD, else 2 us on AMD x86 hosts and 1 us elsewhere). NCCL's formula also charges
-  3x that per Simple step, as latency; the DES charges one post per step and lets the pipeline
-  show what it costs;
+- `net_overhead_us`: what a rank's proxy thread spends on each network step, shared by all the
+  rank's channels: the sender's posting it, the receiver's taking it (tuning.cc getNetOverhead,
+  "network post overhead": NCCL_NET_OVERHEAD, else 2 us on AMD x86 hosts and 1 us elsewhere).
+  NCCL's formula charges it once per step (3x for Simple), as latency; the DES charges it at both
+  ends of every step and lets the pipeline show what it costs;
 - `net_latency_us`: the network plugin's own latency (ncclNetProperties.latency: 0 from NCCL's IB and
   socket transports, 75 us from aws-ofi-nccl on EFA), which NCCL adds to every network step of its
   model (graph latencyInter, twice for Simple: the send and the flush after the receive); the DES
