@@ -152,16 +152,3 @@ def test_the_median_error_does_not_regress(engine):
     now = [e for r in results for e in r.scored()]
     assert len(now) == len(before)
     assert statistics.median(now) <= statistics.median(before) + 2.0
-
-
-def test_the_shipped_calibration_says_what_it_is_worth_on_sources_left_out():
-    # validation/calibration/step-latency.toml is `nicksim calibrate -o` over the project's cases: a [set] of one
-    # fitted parameter, with the held-out figures that say whether to trust it, and no case file of its own.
-    from nicksim.calibrate import FIT_NAMES
-    from nicksim.validate import read_calibration
-    path = REPO / "validation" / "calibration" / "step-latency.toml"
-    values = read_calibration(path)
-    assert len(values) == 1 and set(values) <= set(FIT_NAMES)
-    text = path.read_text()
-    assert "held out, over every size of every source" in text and "<- chosen" in text
-    assert all(case.path != str(path) for case in find_cases(REPO / "validation"))
