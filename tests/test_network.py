@@ -87,35 +87,28 @@ def test_a_transfer_taking_its_predecessors_place_keeps_the_division():
     assert net.n_divisions == 2
 
 
-def test_what_moves_on_a_solo_link_divides_it_alone():
-    # A proxy-like link (3) that only one-link posts cross: two posts share it (1 GB/s: 2 us each
-    # for 1,000 bytes) while a transfer crosses links 0 and 1. The posts come and go without
-    # re-dividing the other links, and everything arrives when it would with no solo link declared.
-    def scenario(solo):
-        env = simpy.Environment()
-        net = FluidNetwork(env, [10.0, 10.0, 10.0, 1.0], solo_links=solo)
-        ends = {}
-
-        def move(name, at, route, nbytes):
-            yield env.timeout(at)
-            yield net.transfer(route, nbytes)
-            ends[name] = env.now
-
-        env.process(move("bulk", 0, [0, 1], 1e6))
-        for k in range(3):
-            env.process(move(f"post{k}", 10 * k + 5, [3], 1e3))
-            env.process(move(f"again{k}", 10 * k + 5, [3], 1e3))
-        env.run()
-        return ends, net.n_divisions
-
-    plain, plain_divisions = scenario(())
-    solo, solo_divisions = scenario([3])
-    assert solo == pytest.approx(plain)
-    assert solo["bulk"] == pytest.approx(100.0) and solo["post0"] == pytest.approx(7.0)
-    assert solo_divisions == 2 < plain_divisions  # the bulk transfer's start and end only
 
 
-def test_a_route_may_not_mix_a_solo_link_with_others():
-    net = FluidNetwork(simpy.Environment(), [1.0, 1.0], solo_links=[1])
-    with pytest.raises(ValueError):
-        net.transfer([0, 1], 10.0)
+def test_the_transfers_left_after_arrivals_keep_their_own_rates_and_links():
+    # Three on link 0 (10 GB/s), one of them also on link 1 (2 GB/s): A (0.1 MB) and C (0.5 MB) on link 0,
+    # B (0.2 MB) on links 0 and 1 at 2 GB/s. A and C share the rest (4 GB/s each): A ends at 25 us. Then C
+    # gets 8: B ends at 100, C (0.4 MB left at 25 us) at 25 + 0.4e6 / 8e3 = 75. D (0.21 MB) starts at 80 on
+    # link 0 after A and C have left, beside B: 8 GB/s until B ends at 100 (0.16 MB), the last 0.05 MB at
+    # 10 GB/s: 105.
+    env = simpy.Environment()
+    net = FluidNetwork(env, [10.0, 2.0])
+    ends = {}
+
+    def move(name, at, route, nbytes):
+        yield env.timeout(at)
+        yield net.transfer(route, nbytes)
+        ends[name] = env.now
+
+    for name, at, route, nbytes in (("A", 0, [0], 1e5), ("B", 0, [0, 1], 2e5), ("C", 0, [0], 5e5),
+                                    ("D", 80, [0], 2.1e5)):
+        env.process(move(name, at, route, nbytes))
+    env.run()
+    assert ends == {"A": pytest.approx(25.0), "B": pytest.approx(100.0), "C": pytest.approx(75.0),
+                    "D": pytest.approx(105.0)}
+    # Link 0 carried something (B at least) from 0 to 105, link 1 from 0 to 100.
+    assert net.busy_us[:2].tolist() == [pytest.approx(105.0), pytest.approx(100.0)]

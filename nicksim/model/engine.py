@@ -38,6 +38,7 @@ from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan
 from ..plan_p2p import p2p_programs, p2p_stream_chunks
 from ..tuning import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
+from .proxy import ProxyThreads
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
 from .network import FluidNetwork
@@ -258,14 +259,13 @@ class _Sim:
         self.fabric = setup.fabric
         self.n_channels = max(1, n_channels)
         self._routers: dict[str, Router] = {}
-        # CTA, proxy and LL links are numbered alike by every graph's router.
+        # CTA, LL and network connection links are numbered alike by every graph's router.
         self.router = self.router_for(first_algorithm)
         n_fabric = len(self.fabric.links)
         kind_bw = dict(params.link_bw_gbps)
         capacity = ([kind_bw.get(link.kind, link.bw_gbps) for link in self.fabric.links]
                     + [params.cta_bw_gbps] * (self.router.n_links - n_fabric))
         for rank in range(job.nranks):
-            capacity[self.router.proxy(rank)] = 1.0  # 1 GB/s: a post of t us is t x 1000 bytes
             capacity[self.router.ll(rank)] = 2 * params.ll_max_bw_gbps  # on the wire, LL doubles the data
             for channel in range(self.router.n_channels):
                 for slot in range(NET_CONN_SLOTS):  # 1 GB/s: a step of t us is t x 1000 bytes
@@ -276,9 +276,8 @@ class _Sim:
                     capacity[link] *= fault.factor
         latency = [link.lat_us for link in self.fabric.links] + [0.0] * (len(capacity) - n_fabric)
         self.env = simpy.Environment()
-        # Only a rank's own posts cross its proxy thread: they share it among themselves alone.
-        proxies = [self.router.proxy(rank) for rank in range(job.nranks)]
-        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace, solo_links=proxies)
+        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace)
+        self.proxy = ProxyThreads(self.env)
         self.conns: dict[tuple, _Conn] = {}
         self.waiting: dict[tuple, simpy.Event] = {}
         self.nvls_in: dict[tuple, list] = {}
@@ -558,25 +557,29 @@ class _Sim:
         if self.params.net_overhead_us <= 0:
             return head, done
         seen = self.env.event()
-        self.env.process(self._take(dst, channel, head, seen))
+        proxies = self._proxies(dst, channel)
+        if head.callbacks is None:
+            self._book(proxies, channel, seen)
+        else:
+            head.callbacks.append(lambda _: self._book(proxies, channel, seen))
         return seen, self.env.all_of([done, seen])
 
-    def _take(self, dst: int, channel: int, head: simpy.Event, seen: simpy.Event):
-        if not head.processed:
-            yield head
-        yield from self._post(self._proxies(dst, channel), channel)
-        seen.succeed()
-
     def _post(self, proxies: tuple[int, ...], channel: int):
-        """The rank's proxy thread posts a network step, sharing its time with every channel's posts
-        (a post of t us is t x 1000 bytes on the proxy's 1 GB/s link). The step waits for its own
-        thread only; the other threads listed get the same post without holding the step up, so
-        that they are as busy as their own ranks' would be."""
+        """The rank's proxy thread posts a network step, sharing its time with every channel's
+        posts and takes (proxy.py)."""
         if self.params.net_overhead_us > 0:
-            post = self.params.net_overhead_us * 1e3
-            for shadow in proxies[1:]:
-                self.net.transfer2((shadow,), post, 0.0, post, None, self.weight[channel], 0.0)
-            yield self.net.transfer2(proxies[:1], post, 0.0, post, None, self.weight[channel], 0.0)[2]
+            posted = self.env.event()
+            self._book(proxies, channel, posted)
+            yield posted
+
+    def _book(self, proxies: tuple[int, ...], channel: int, done: simpy.Event) -> None:
+        """One network step (for each channel of the lockstep group) on the proxy threads listed,
+        `done` fired when the first of them is through with it. The other threads get the same
+        work without holding the step up, so that they are as busy as their own ranks' would be."""
+        cost_us, weight = self.params.net_overhead_us, self.weight[channel]
+        for shadow in proxies[1:]:
+            self.proxy.post(shadow, cost_us, weight)
+        self.proxy.post(proxies[0], cost_us, weight, done)
 
     def _pat_conn(self, channel: int, src: int, dst: int) -> list[int]:
         """[head, tail] of a PAT connection: steps freed by the receiver, steps posted by the sender."""
@@ -602,9 +605,9 @@ class _Sim:
         ranks it stands for that run other channels themselves (the per-channel split); ranks
         simulated nowhere need no thread."""
         if self.collapse is None:
-            return (self.router.proxy(rank),)
+            return (rank,)
         others = [m for m in self.collapse.members(rank, channel) if m != rank and m in self.simulated]
-        return tuple(self.router.proxy(m) for m in [rank] + others)
+        return (rank, *others)
 
     def _stand_ins(self, peers, channel: int) -> list[int]:
         ranks = [p for p in peers if p >= 0]
@@ -733,7 +736,8 @@ class _Sim:
     def link_stats(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
         names = [link.name for link in self.fabric.links]
         used = [i for i in range(len(names)) if self.net.bytes_on[i] > 0]
-        return ({names[i]: self.net.bytes_on[i] for i in used}, {names[i]: float(self.net.busy_us[i]) for i in used},
+        busy_us = self.net.busy_us
+        return ({names[i]: self.net.bytes_on[i] for i in used}, {names[i]: float(busy_us[i]) for i in used},
                 {names[i]: float(self.net.capacity[i]) for i in used})
 
 

@@ -9,14 +9,12 @@ re-divided once all that happens at the same simulated instant is known (so a th
 starting together cost one division, not a thousand). Simulated time is in microseconds; 1 GB/s
 moves 1,000 bytes per microsecond. A transfer over a link of no capacity never ends (the engine
 reports what is left waiting as a hang). `bytes_on` and `busy_us` account, per link, what crossed it
-and for how long it carried anything. `solo_links` are links that only one-link transfers cross (a
-proxy thread): what moves on one of them shares it with nothing else, so their transfers starting
-and ending divide that link alone and leave every other rate as it was.
+and for how long it carried anything.
 """
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import simpy
 
@@ -33,12 +31,12 @@ _EPS_US = 1e-9       # transfers this close to arriving arrive together
 
 
 class _Transfer:
-    __slots__ = ("route", "use", "links", "counts", "shape", "solo", "left", "rate", "done", "head", "head_left",
+    __slots__ = ("route", "use", "links", "counts", "shape", "left", "rate", "done", "head", "head_left",
                  "sent", "lat", "tag")
 
     def __init__(self, shape: tuple, nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
                  head: simpy.Event | None = None, head_nbytes: float = 0.0):
-        self.route, self.use, self.links, self.counts, self.shape, self.solo = shape
+        self.route, self.use, self.links, self.counts, self.shape = shape
         self.left, self.rate, self.done = float(nbytes), 0.0, done
         self.sent, self.lat = sent, lat
         self.tag = None
@@ -50,27 +48,28 @@ class FluidNetwork:
     """Links of fixed capacity (GB/s) and latency (us) shared fairly by the transfers on them."""
 
     def __init__(self, env: simpy.Environment, capacity_gbps: Sequence[float],
-                 latency_us: Sequence[float] | None = None, record: bool = False,
-                 solo_links: Iterable[int] = ()):
+                 latency_us: Sequence[float] | None = None, record: bool = False):
         self.env = env
         self.capacity = np.array(capacity_gbps, dtype=float)
         self.latency = list(latency_us) if latency_us is not None else [0.0] * len(self.capacity)
-        self._solo_links = frozenset(solo_links)
-        self.moving: list[_Transfer] = []    # in the current division, aligned with the arrays below
+        # The transfers of the current division, aligned with the arrays below. One that arrives
+        # leaves a hole (None, marked in `_gone_at`) until the next transfers are taken in, so that
+        # an arrival costs nothing in proportion to the (transfer, link) pairs.
+        self.moving: list[_Transfer | None] = []
         self._new: list[_Transfer] = []       # started since, waiting for the next division
-        self._left = np.zeros(0)              # bytes each moving transfer has left
+        self._left = np.zeros(0)              # bytes each moving transfer has left (a hole: inf)
         self._head = np.zeros(0)              # `left` at which its first step is in (-inf: none awaited)
         self._rate = np.zeros(0)              # GB/s
         self._sizes = np.zeros(0, dtype=np.int64)   # links each crosses; then its (link, times) pairs
         self._pair_link = np.zeros(0, dtype=np.int64)
         self._pair_times = np.zeros(0)
-        self._solo = np.zeros(0, dtype=bool)  # on a solo link (whose pair is its only one)
-        self._solo_changed = False
-        self._busy_shared = np.zeros(0, dtype=np.int64)  # busy links as of the last full division
+        self._gone_at = np.zeros(0, dtype=bool)  # holes
+        self._holes = 0
         self.bytes_on = [0.0] * len(self.capacity)
-        self.busy_us = np.zeros(len(self.capacity))
+        self._busy_us = np.zeros(len(self.capacity))
         self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)  # flows.py's link numbering
-        self._busy = np.zeros(0, dtype=np.int64)  # links carrying something since the last division
+        self._busy = np.zeros(0, dtype=np.int64)  # links carrying something since `_busy_since`
+        self._busy_since = 0.0
         self._since = 0.0
         self._wake = 0          # generation of the pending wake-up; older ones are stale
         self._pending = False   # a re-division is scheduled for this instant
@@ -88,6 +87,13 @@ class FluidNetwork:
         self._dirty = False
         self.n_divisions = 0
         self.n_transfers = 0
+
+    @property
+    def busy_us(self) -> np.ndarray:
+        """How long each link has carried something, up to now (us)."""
+        busy = self._busy_us.copy()
+        busy[self._busy] += self.env.now - self._busy_since
+        return busy
 
     def transfer(self, route: Sequence[int], nbytes: float, lat_us: float = 0.0) -> simpy.Event:
         """An event fired when `nbytes` sent along `route` (link ids) have all arrived."""
@@ -107,8 +113,8 @@ class FluidNetwork:
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         shape = self._shape(tuple(route), weight, costs)
-        path_lat = shape[6] if route_lat_us is None else route_lat_us
-        item = _Transfer(shape[:6], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
+        path_lat = shape[5] if route_lat_us is None else route_lat_us
+        item = _Transfer(shape[:5], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
         item.tag = tag
         self._start(item)
@@ -125,10 +131,7 @@ class FluidNetwork:
             counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
             for link, cost in dict(costs).items():
                 counts[links == link] *= cost
-            solo = len(use) == 1 and route[0] in self._solo_links
-            if not solo and any(link in self._solo_links for link in use):
-                raise ValueError(f"route {route} crosses a solo link together with others")
-            shape = self._shapes[key] = (route, use, links, counts, len(self._shapes), solo,
+            shape = self._shapes[key] = (route, use, links, counts, len(self._shapes),
                                          sum(self.latency[link] for link in route))
         return shape
 
@@ -142,7 +145,8 @@ class FluidNetwork:
     def stalled(self) -> list[tuple[object, int]]:
         """(tag, dead link) of every transfer left on a link of no capacity."""
         return [(item.tag, next(link for link in item.use if self.capacity[link] <= 0))
-                for item in self.moving + self._new if any(self.capacity[link] <= 0 for link in item.use)]
+                for item in self.moving + self._new
+                if item is not None and any(self.capacity[link] <= 0 for link in item.use)]
 
     def _start(self, item: _Transfer) -> None:
         if item.left <= _DONE or not item.route:
@@ -170,7 +174,6 @@ class FluidNetwork:
         elapsed = self.env.now - self._since
         if elapsed > 0 and self._left.size:
             self._left -= self._rate * (_BYTES_PER_US * elapsed)
-            self.busy_us[self._busy] += elapsed
         self._since = self.env.now
 
     def _replan(self, _event=None) -> None:
@@ -180,18 +183,14 @@ class FluidNetwork:
         self._pending = False
         self._advance()
         new = self._new
-        same = not self._dirty and Counter(item.shape for item in new if not item.solo) == self._gone
+        same = not self._dirty and Counter(item.shape for item in new) == self._gone
         if new:
             self._take_in(new, same)
-        if same:
-            if self._solo_changed:
-                self._divide_solo()
-        else:
+        if not same:
             self._divide()
         self._gone.clear()
         self._gone_rate.clear()
         self._dirty = False
-        self._solo_changed = False
         self._wake += 1
         moving_on = self._rate > 0
         if moving_on.any():
@@ -202,6 +201,15 @@ class FluidNetwork:
             self.env.timeout(max(0.0, wait)).callbacks.append(lambda _: self._arrive(wake))
 
     def _take_in(self, new: list[_Transfer], same: bool) -> None:
+        """Append the new transfers to the arrays, closing the holes the arrived ones left."""
+        if self._holes:
+            keep = ~self._gone_at
+            self.moving = [item for item in self.moving if item is not None]
+            self._left, self._head, self._rate = self._left[keep], self._head[keep], self._rate[keep]
+            pair_keep = np.repeat(keep, self._sizes)
+            self._pair_link, self._pair_times = self._pair_link[pair_keep], self._pair_times[pair_keep]
+            self._sizes = self._sizes[keep]
+            self._holes = 0
         self.moving.extend(new)
         self._new = []
         self._left = np.concatenate([self._left, [item.left for item in new]])
@@ -210,44 +218,28 @@ class FluidNetwork:
         self._sizes = np.concatenate([self._sizes, [item.links.size for item in new]]).astype(np.int64)
         self._pair_link = np.concatenate([self._pair_link] + [item.links for item in new])
         self._pair_times = np.concatenate([self._pair_times] + [item.counts for item in new])
-        self._solo = np.concatenate([self._solo, [item.solo for item in new]]).astype(bool)
-        if same:  # the shared links' rates stand; a shape back in takes the rate it had
-            self._rate = np.concatenate([self._rate, [0.0 if item.solo else self._gone_rate[item.shape]
-                                                      for item in new]])
-            self._solo_changed |= any(item.solo for item in new)
+        self._gone_at = np.zeros(len(self.moving), dtype=bool)
+        if same:  # the links' rates stand; a shape back in takes the rate it had
+            self._rate = np.concatenate([self._rate, [self._gone_rate[item.shape] for item in new]])
 
     def _divide(self) -> None:
         """Max-min fair rates for every moving transfer (flows.py), and the links they keep busy."""
         self.n_divisions += 1
-        if self.moving:
-            self._rate, self._busy_shared = fair_rates_flat(self._pair_link, self._pair_times, self._sizes,
-                                                            self.capacity, self._solo, self._scratch)
+        if len(self.moving) > self._holes:
+            self._rate, busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
+                                               self._gone_at, self._scratch)
         else:
-            self._rate = np.zeros(0)
-            self._busy_shared = np.zeros(0, dtype=np.int64)
-        self._divide_solo()
-
-    def _divide_solo(self) -> None:
-        """The solo links' rates alone: each link's capacity shared by what crosses it (a transfer
-        of weight k as k)."""
-        solo = np.flatnonzero(self._solo)
-        busy = self._busy_shared
-        if solo.size:
-            first = np.cumsum(self._sizes) - self._sizes
-            link, times = self._pair_link[first[solo]], self._pair_times[first[solo]]
-            _, on = np.unique(link, return_inverse=True)
-            load = np.bincount(on, weights=times)
-            self._rate[solo] = self.capacity[link] / load[on]
-            # Solo links are never shared ones; a link listed twice is counted once by busy_us.
-            busy = np.concatenate([busy, link[self.capacity[link] > 0]])
-        self._busy = busy
+            self._rate = np.zeros(len(self.moving))
+            busy = np.zeros(0, dtype=np.int64)
+        self._busy_us[self._busy] += self.env.now - self._busy_since
+        self._busy, self._busy_since = busy, self.env.now
         if self.series is not None:
             self._record()
 
     def _record(self) -> None:
         load = np.zeros(len(self.capacity))
         for item, rate in zip(self.moving, self._rate.tolist()):
-            if 0 < rate < float("inf"):
+            if item is not None and 0 < rate < float("inf"):
                 load[item.links] += item.counts * rate
         for link in np.nonzero(np.abs(load - self._load) > 1e-9)[0].tolist():
             self.series.append((self.env.now, link, float(load[link])))
@@ -262,23 +254,17 @@ class FluidNetwork:
         for i in heads.tolist():
             self._head[i] = -np.inf
             self._fire_head(self.moving[i])
-        arrived = self._left <= slack
-        if arrived.any():
-            keep = ~arrived
-            gone = np.flatnonzero(arrived).tolist()
-            done = [self.moving[i] for i in gone]
-            for i, item in zip(gone, done):
-                if item.solo:
-                    self._solo_changed = True
-                else:
-                    self._gone[item.shape] += 1
-                    self._gone_rate[item.shape] = float(self._rate[i])
-            for i in reversed(gone):
-                del self.moving[i]
-            pair_keep = np.repeat(keep, self._sizes)
-            self._pair_link, self._pair_times = self._pair_link[pair_keep], self._pair_times[pair_keep]
-            self._left, self._head, self._rate = self._left[keep], self._head[keep], self._rate[keep]
-            self._sizes, self._solo = self._sizes[keep], self._solo[keep]
+        gone = np.flatnonzero(self._left <= slack)
+        if gone.size:
+            done = [self.moving[i] for i in gone.tolist()]
+            for i, item in zip(gone.tolist(), done):
+                self._gone[item.shape] += 1
+                self._gone_rate[item.shape] = float(self._rate[i])
+                self.moving[i] = None
+            # A hole: never moving, never arriving, left out of the next division.
+            self._gone_at[gone] = True
+            self._left[gone], self._head[gone], self._rate[gone] = np.inf, -np.inf, 0.0
+            self._holes += gone.size
             for item in done:
                 self._fire_head(item)
                 self._finish(item)

@@ -11,7 +11,6 @@
   into the first switch of the network (where SHARP reduces), and back;
 - `cta(rank, channel)`: one virtual link per rank and channel standing for the CTA, through which
   every transfer that CTA drives passes (so a channel moves no faster than its CTA can);
-  `proxy(rank)`: one per rank for its proxy thread, which posts the network steps of all channels;
   `ll(rank)`: one per rank that all its LL sends cross; `net_conn(rank, channel, slot)`: one per
   connection a rank sends on across the network (a primitive reaches at most NET_CONN_SLOTS peers
   there: a tree's two children).
@@ -53,25 +52,20 @@ class Router:
 
     @property
     def n_links(self) -> int:
-        return self.cta_base + self.job.nranks * ((1 + NET_CONN_SLOTS) * self.n_channels + 2)
+        return self.cta_base + self.job.nranks * ((1 + NET_CONN_SLOTS) * self.n_channels + 1)
 
     def cta(self, rank: int, channel: int) -> int:
         return self.cta_base + rank * self.n_channels + channel % self.n_channels
 
-    def proxy(self, rank: int) -> int:
-        """The rank's proxy thread as a link: capacity 1 GB/s, so that a post costing t us is t x 1000
-        bytes on it, and concurrent posts share the thread."""
-        return self.cta_base + self.job.nranks * self.n_channels + rank
-
     def ll(self, rank: int) -> int:
         """The rank's LL sends as a link (LL's flag polling caps what a rank moves with it)."""
-        return self.cta_base + self.job.nranks * (self.n_channels + 1) + rank
+        return self.cta_base + self.job.nranks * self.n_channels + rank
 
     def net_conn(self, rank: int, channel: int, slot: int = 0) -> int:
         """One of the rank's network connections on `channel` (the `slot`-th peer across the network a
         primitive sends to) as a link: capacity 1 GB/s, so that a step costing t us is t x 1000
         bytes on it, and a connection's steps follow one another (hwparams.py net_step_us)."""
-        return self.cta_base + self.job.nranks * (self.n_channels + 2) \
+        return self.cta_base + self.job.nranks * (self.n_channels + 1) \
             + (rank * self.n_channels + channel % self.n_channels) * NET_CONN_SLOTS + slot
 
     def _gpu(self, rank: int) -> int:

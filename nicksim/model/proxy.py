@@ -1,0 +1,86 @@
+"""The ranks' proxy threads: the CPU time each network step costs, shared by everything asked of a thread.
+
+NCCL's proxy progress loop (proxy.cc progressOps, net.cc sendProxyProgress/recvProxyProgress)
+visits every active operation on each pass and moves each of its channels by one step: a post at
+the sender, a test and hand-over at the receiver. A simulated slice stands for several steps, so
+slices that wait on one thread together advance together: the thread is a processor shared evenly
+among them (a post standing for k lockstep channels counts k times). `ProxyThreads` keeps that
+sharing to itself, apart from the fluid network of links: a post starting or ending changes no
+link's rate, and the network is not re-divided for it.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+
+import simpy
+
+__all__ = ["ProxyThreads"]
+
+_TOGETHER = 1e-12  # relative difference under which two posts end together (float residue)
+
+
+class _Thread:
+    __slots__ = ("work", "weight", "since", "ends", "order", "wake")
+
+    def __init__(self, now: float):
+        self.work = 0.0       # work done per unit of weight since the thread was created (us)
+        self.weight = 0       # total weight of the posts it holds
+        self.since = now      # when `work` was last brought up to date
+        self.ends: list[tuple[float, int, int, simpy.Event | None]] = []  # (work at its end, order, weight, event)
+        self.order = 0        # ties broken in the order posts came
+        self.wake = 0         # generation of the pending wake-up; older ones are stale
+
+
+class ProxyThreads:
+    """Threads named by any hashable key, each a processor shared evenly by the posts it holds. A
+    post of `cost_us` and weight k alone on its thread ends after k x cost_us; n posts of equal
+    cost and weight asked together end together after n times that."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self._threads: dict[Hashable, _Thread] = {}
+
+    def post(self, thread: Hashable, cost_us: float, weight: int = 1, done: simpy.Event | None = None) -> None:
+        """Give `thread` a post of `cost_us` standing for `weight` steps; fire `done`, where given,
+        when it ends."""
+        if cost_us <= 0:
+            if done is not None:
+                done.succeed()
+            return
+        state = self._threads.get(thread)
+        if state is None:
+            state = self._threads[thread] = _Thread(self.env.now)
+        self._advance(state)
+        state.order += 1
+        heapq.heappush(state.ends, (state.work + cost_us, state.order, weight, done))
+        state.weight += weight
+        self._plan(thread, state)
+
+    def _advance(self, state: _Thread) -> None:
+        now = self.env.now
+        if state.weight:
+            state.work += (now - state.since) / state.weight
+        state.since = now
+
+    def _plan(self, thread: Hashable, state: _Thread) -> None:
+        state.wake += 1
+        if not state.ends:
+            return
+        wake = state.wake
+        delay = max(0.0, (state.ends[0][0] - state.work) * state.weight)
+        self.env.timeout(delay).callbacks.append(lambda _: self._end(thread, state, wake))
+
+    def _end(self, thread: Hashable, state: _Thread, wake: int) -> None:
+        if wake != state.wake:
+            return  # a post came since this wake-up was planned
+        self._advance(state)
+        limit = state.work + _TOGETHER * max(1.0, abs(state.work))
+        while state.ends and state.ends[0][0] <= limit:
+            _, _, weight, event = heapq.heappop(state.ends)
+            state.weight -= weight
+            if event is not None:
+                event.succeed()
+        if not state.ends:
+            state.weight = 0  # no residue left behind
+        self._plan(thread, state)

@@ -1,0 +1,63 @@
+"""The proxy threads' time (nicksim/model/proxy.py)."""
+import pytest
+import simpy
+
+from nicksim.model.network import FluidNetwork
+from nicksim.model.proxy import ProxyThreads
+
+
+def ends_of(posts, threads=None):
+    """Give each (name, at, thread, cost_us, weight) to ProxyThreads; return when each ended."""
+    env = simpy.Environment()
+    proxy = ProxyThreads(env)
+    ends = {}
+
+    def one(name, at, thread, cost_us, weight):
+        yield env.timeout(at)
+        done = env.event()
+        proxy.post(thread, cost_us, weight, done)
+        yield done
+        ends[name] = env.now
+
+    for post in posts:
+        env.process(one(*post))
+    env.run()
+    return ends
+
+
+def test_a_post_alone_costs_its_time_once_per_channel_it_stands_for():
+    assert ends_of([("a", 3, 0, 2.0, 1), ("b", 3, 1, 2.0, 4)]) == {"a": pytest.approx(5.0), "b": pytest.approx(11.0)}
+
+
+def test_posts_on_one_thread_share_it_evenly():
+    # A alone from 0 to 5 (5 of its 10 us done), then A and B at half speed each: A ends at 15, B (5 us left
+    # then) alone at 20. C, asked at the same time as B on another thread, is not slowed.
+    ends = ends_of([("A", 0, 7, 10.0, 1), ("B", 5, 7, 10.0, 1), ("C", 5, 8, 10.0, 1)])
+    assert ends == {"A": pytest.approx(15.0), "B": pytest.approx(20.0), "C": pytest.approx(15.0)}
+
+
+def test_posts_asked_together_end_together():
+    assert ends_of([(k, 0, 0, 1.0, 1) for k in range(4)]) == {k: pytest.approx(4.0) for k in range(4)}
+
+
+def test_a_thread_ends_its_posts_when_a_1_gbps_link_would_carry_them():
+    # The thread is a processor shared as the fluid network shares a link: posts of t us as t x 1000 bytes on a
+    # 1 GB/s link (a post standing for k channels as a transfer of weight k) end at the same times.
+    posts = [(f"p{k}", (7 * k) % 11 + 0.5 * k, 0, 1.0 + (k % 3), 1 + k % 2) for k in range(12)]
+    env = simpy.Environment()
+    net = FluidNetwork(env, [1.0])
+    ends = {}
+
+    def one(name, at, _thread, cost_us, weight):
+        yield env.timeout(at)
+        yield net.transfer2([0], cost_us * 1e3, 0.0, cost_us * 1e3, weight=weight)[1]
+        ends[name] = env.now
+
+    for post in posts:
+        env.process(one(*post))
+    env.run()
+    assert ends_of(posts) == {name: pytest.approx(t) for name, t in ends.items()}
+
+
+def test_a_free_post_ends_at_once():
+    assert ends_of([("a", 2, 0, 0.0, 3)]) == {"a": 2}
