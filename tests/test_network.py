@@ -112,3 +112,43 @@ def test_the_transfers_left_after_arrivals_keep_their_own_rates_and_links():
                     "D": pytest.approx(105.0)}
     # Link 0 carried something (B at least) from 0 to 105, link 1 from 0 to 100.
     assert net.busy_us[:2].tolist() == [pytest.approx(105.0), pytest.approx(100.0)]
+
+
+def held(hold, gap_us=None):
+    """A (0.5 MB) and B (1 MB) share one 10 GB/s link; with `gap_us`, A's successor of the same shape
+    (0.25 MB) starts that long after A arrives. Returns the arrivals and the divisions made."""
+    env = simpy.Environment()
+    net = FluidNetwork(env, [10.0], hold=hold)
+    ends = {}
+
+    def move(name, at, nbytes, then=None):
+        yield env.timeout(at)
+        yield net.transfer([0], nbytes)
+        ends[name] = env.now
+        if then is not None:
+            yield env.timeout(then)
+            yield net.transfer([0], 2.5e5)
+            ends[name + "2"] = env.now
+
+    env.process(move("A", 0, 5e5, gap_us))
+    env.process(move("B", 0, 1e6))
+    env.run()
+    return ends, net.n_divisions
+
+
+def test_an_arrived_transfers_share_is_held_for_at_most_hold_times_its_duration():
+    # Exact: A ends at 100 us (5 GB/s each), B has 0.5 MB left and ends at 150. Holding A's share for 10% of
+    # its 100 us leaves B at 5 GB/s until 110 (0.45 MB left), then 10 GB/s: 155.
+    assert held(0.0)[0] == {"A": pytest.approx(100.0), "B": pytest.approx(150.0)}
+    assert held(0.1)[0] == {"A": pytest.approx(100.0), "B": pytest.approx(155.0)}
+
+
+def test_a_successor_of_the_same_shape_takes_the_held_share_without_a_division():
+    # A's successor A2 starts 2 us after A ends, within the 10 us held, at A's 5 GB/s: 0.25 MB in 50 us, to
+    # 152. A2's own share is held 5 us more (10% of its 50 us), so B moves at 5 GB/s until 157 (0.215 MB
+    # left), then alone: 178.5. Exactly, B would have had the link alone from 100 to 102 and from 152 on: 175.
+    ends, divisions = held(0.1, gap_us=2.0)
+    assert ends == {"A": pytest.approx(100.0), "A2": pytest.approx(152.0), "B": pytest.approx(178.5)}
+    exact, exact_divisions = held(0.0, gap_us=2.0)
+    assert exact == {"A": pytest.approx(100.0), "A2": pytest.approx(152.0), "B": pytest.approx(175.0)}
+    assert divisions == exact_divisions - 2  # A's arrival and A2's start cost none

@@ -276,7 +276,7 @@ class _Sim:
                     capacity[link] *= fault.factor
         latency = [link.lat_us for link in self.fabric.links] + [0.0] * (len(capacity) - n_fabric)
         self.env = simpy.Environment()
-        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace)
+        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace, hold=params.hold)
         self.proxy = ProxyThreads(self.env)
         self.conns: dict[tuple, _Conn] = {}
         self.waiting: dict[tuple, simpy.Event] = {}

@@ -66,13 +66,16 @@ def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch):  
     ids = np.empty(link_ids.size, dtype=np.int64)
     link = np.empty(link_ids.size, dtype=np.int64)
     n_links = 0
-    for k in range(link_ids.size):
-        x = link_ids[k]
-        if scratch[x] < 0:
-            scratch[x] = n_links
-            ids[n_links] = x
-            n_links += 1
-        link[k] = scratch[x]
+    for i in range(n):
+        if skip[i]:
+            continue  # its pairs are never read
+        for k in range(first[i], first[i + 1]):
+            x = link_ids[k]
+            if scratch[x] < 0:
+                scratch[x] = n_links
+                ids[n_links] = x
+                n_links += 1
+            link[k] = scratch[x]
     for j in range(n_links):
         scratch[ids[j]] = -1
     capacity = np.empty(n_links)

@@ -80,6 +80,9 @@ class DesParams:
     # about as the square of the nodes: NVLS Tree on 128 DGX H100 takes 39 s); each channel is then
     # split on its own (symmetry.py): close, not exact.
     exact_nodes: int = 128
+    # An arrived transfer keeps its links' share for at most this fraction of its duration, or until
+    # one of its shape takes its place (network.py): a connection's next slice costs no division.
+    hold: float = 0.02
     net_overhead_us: float = 1.0
     net_latency_us: float = 0.0
     ll_max_bw_gbps: float = float("inf")
@@ -118,6 +121,7 @@ PARAM_NAMES = {
     "launch.scale": "launch_scale",
     "des.max_chunks": "max_chunks",
     "des.exact_nodes": "exact_nodes",
+    "des.hold": "hold",
     "proxy.overhead_us": "net_overhead_us",
     "net.latency_us": "net_latency_us",
     "ll.max_bw_gbps": "ll_max_bw_gbps",
@@ -130,7 +134,7 @@ LINK_KINDS = {"nvlink.bw_gbps": "NVL", "pcie.bw_gbps": "PCI", "c2c.bw_gbps": "C2
               "net.bw_gbps": "NET", "cable.bw_gbps": "CABLE"}
 
 
-_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us")
+_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us", "hold")
 SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)  # every name `--set` and `[sweep.set]` take
 
 

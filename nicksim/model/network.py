@@ -32,7 +32,7 @@ _EPS_US = 1e-9       # transfers this close to arriving arrive together
 
 class _Transfer:
     __slots__ = ("route", "use", "links", "counts", "shape", "left", "rate", "done", "head", "head_left",
-                 "sent", "lat", "tag")
+                 "sent", "lat", "tag", "began")
 
     def __init__(self, shape: tuple, nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
                  head: simpy.Event | None = None, head_nbytes: float = 0.0):
@@ -40,30 +40,64 @@ class _Transfer:
         self.left, self.rate, self.done = float(nbytes), 0.0, done
         self.sent, self.lat = sent, lat
         self.tag = None
+        self.began = 0.0
         self.head = head
         self.head_left = float(nbytes) - head_nbytes  # `left` at which the head has arrived
+
+
+class _Column:
+    """A growable array: `values` views its first `n` entries; appending costs what is appended."""
+
+    __slots__ = ("buf", "n")
+
+    def __init__(self, dtype):
+        self.buf = np.zeros(16, dtype=dtype)
+        self.n = 0
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.buf[:self.n]
+
+    def extend(self, more) -> None:
+        more = np.asarray(more, dtype=self.buf.dtype)
+        end = self.n + more.size
+        if end > self.buf.size:
+            grown = np.zeros(max(end, 2 * self.buf.size), dtype=self.buf.dtype)
+            grown[:self.n] = self.buf[:self.n]
+            self.buf = grown
+        self.buf[self.n:end] = more
+        self.n = end
+
+    def keep(self, mask: np.ndarray) -> None:
+        kept = self.values[mask]
+        self.buf[:kept.size] = kept
+        self.n = kept.size
 
 
 class FluidNetwork:
     """Links of fixed capacity (GB/s) and latency (us) shared fairly by the transfers on them."""
 
     def __init__(self, env: simpy.Environment, capacity_gbps: Sequence[float],
-                 latency_us: Sequence[float] | None = None, record: bool = False):
+                 latency_us: Sequence[float] | None = None, record: bool = False, hold: float = 0.0):
         self.env = env
+        self.hold = hold
         self.capacity = np.array(capacity_gbps, dtype=float)
         self.latency = list(latency_us) if latency_us is not None else [0.0] * len(self.capacity)
-        # The transfers of the current division, aligned with the arrays below. One that arrives
-        # leaves a hole (None, marked in `_gone_at`) until the next transfers are taken in, so that
-        # an arrival costs nothing in proportion to the (transfer, link) pairs.
+        # The transfers of the current division, aligned with the arrays below (views of growable
+        # columns). One that arrives leaves a hole (None, marked in `_gone_at`), closed once holes
+        # are a quarter of the rows, so that neither an arrival nor a start costs work in
+        # proportion to all the (transfer, link) pairs.
         self.moving: list[_Transfer | None] = []
         self._new: list[_Transfer] = []       # started since, waiting for the next division
-        self._left = np.zeros(0)              # bytes each moving transfer has left (a hole: inf)
-        self._head = np.zeros(0)              # `left` at which its first step is in (-inf: none awaited)
-        self._rate = np.zeros(0)              # GB/s
-        self._sizes = np.zeros(0, dtype=np.int64)   # links each crosses; then its (link, times) pairs
-        self._pair_link = np.zeros(0, dtype=np.int64)
-        self._pair_times = np.zeros(0)
-        self._gone_at = np.zeros(0, dtype=bool)  # holes
+        self._columns = {name: _Column(dtype) for name, dtype in (
+            ("_left", float),       # bytes each moving transfer has left (a hole: inf)
+            ("_head", float),       # `left` at which its first step is in (-inf: none awaited)
+            ("_rate", float),       # GB/s
+            ("_sizes", np.int64),   # links each crosses; then its (link, times) pairs
+            ("_gone_at", bool),     # holes
+            ("_pair_link", np.int64),
+            ("_pair_times", float))}
+        self._views()
         self._holes = 0
         self.bytes_on = [0.0] * len(self.capacity)
         self._busy_us = np.zeros(len(self.capacity))
@@ -85,6 +119,11 @@ class FluidNetwork:
         self._gone: Counter = Counter()
         self._gone_rate: dict[int, float] = {}
         self._dirty = False
+        # With `hold` > 0, a transfer that arrives keeps its share of the links until a transfer of
+        # its shape takes its place, or for `hold` x its own duration at most: a connection whose
+        # next slice starts a moment later (after a post) costs no division.
+        self._held_until = float("inf")
+        self._hold_wake = 0
         self.n_divisions = 0
         self.n_transfers = 0
 
@@ -154,6 +193,7 @@ class FluidNetwork:
             self._finish(item)
             return
         # A new transfer waits at rate 0 for the division of this instant, which takes it in.
+        item.began = self.env.now
         for link, times in zip(item.links.tolist(), item.counts.tolist()):
             self.bytes_on[link] += item.left * times
         self._new.append(item)
@@ -183,14 +223,17 @@ class FluidNetwork:
         self._pending = False
         self._advance()
         new = self._new
-        same = not self._dirty and Counter(item.shape for item in new) == self._gone
+        started = Counter(item.shape for item in new)
         if new:
-            self._take_in(new, same)
-        if not same:
+            self._take_in(new)
+        if self._dirty or any(started[x] > self._gone[x] for x in started):
             self._divide()
-        self._gone.clear()
-        self._gone_rate.clear()
-        self._dirty = False
+        else:  # each new transfer took the place (and the rate) of an arrived one of its shape
+            self._gone.subtract(started)
+            if not +self._gone:
+                self._release()
+            elif self.env.now >= self._held_until:
+                self._divide()
         self._wake += 1
         moving_on = self._rate > 0
         if moving_on.any():
@@ -200,36 +243,66 @@ class FluidNetwork:
             wake = self._wake
             self.env.timeout(max(0.0, wait)).callbacks.append(lambda _: self._arrive(wake))
 
-    def _take_in(self, new: list[_Transfer], same: bool) -> None:
-        """Append the new transfers to the arrays, closing the holes the arrived ones left."""
-        if self._holes:
+    def _release(self) -> None:
+        """Forget the arrived transfers' shares: the links were divided, or all were taken again."""
+        self._gone.clear()
+        self._gone_rate.clear()
+        self._dirty = False
+        self._held_until = float("inf")
+        self._hold_wake += 1
+
+    def _hold(self, item: _Transfer) -> None:
+        """Keep an arrived transfer's share for at most `hold` x its duration; then re-divide."""
+        until = self.env.now + self.hold * (self.env.now - item.began)
+        if until <= self.env.now:
+            self._held_until = until  # the division of this instant takes it
+        elif until < self._held_until:
+            self._held_until = until
+            self._hold_wake += 1
+            wake = self._hold_wake
+            self.env.timeout(until - self.env.now).callbacks.append(lambda _: self._hold_over(wake))
+
+    def _hold_over(self, wake: int) -> None:
+        if wake == self._hold_wake:
+            self._held_until = -float("inf")
+            self._later()
+
+    def _take_in(self, new: list[_Transfer]) -> None:
+        """Append the new transfers to the arrays (closing the holes first where they are many);
+        each starts at the rate of the arrived transfer of its shape (the division, where one
+        follows, replaces it)."""
+        if 4 * self._holes > len(self.moving):
             keep = ~self._gone_at
-            self.moving = [item for item in self.moving if item is not None]
-            self._left, self._head, self._rate = self._left[keep], self._head[keep], self._rate[keep]
             pair_keep = np.repeat(keep, self._sizes)
-            self._pair_link, self._pair_times = self._pair_link[pair_keep], self._pair_times[pair_keep]
-            self._sizes = self._sizes[keep]
+            for name, column in self._columns.items():
+                column.keep(pair_keep if name.startswith("_pair") else keep)
+            self.moving = [item for item in self.moving if item is not None]
             self._holes = 0
         self.moving.extend(new)
         self._new = []
-        self._left = np.concatenate([self._left, [item.left for item in new]])
-        self._head = np.concatenate([self._head, [item.head_left if item.head is not None else -np.inf
-                                                  for item in new]])
-        self._sizes = np.concatenate([self._sizes, [item.links.size for item in new]]).astype(np.int64)
-        self._pair_link = np.concatenate([self._pair_link] + [item.links for item in new])
-        self._pair_times = np.concatenate([self._pair_times] + [item.counts for item in new])
-        self._gone_at = np.zeros(len(self.moving), dtype=bool)
-        if same:  # the links' rates stand; a shape back in takes the rate it had
-            self._rate = np.concatenate([self._rate, [self._gone_rate[item.shape] for item in new]])
+        columns = self._columns
+        columns["_left"].extend([item.left for item in new])
+        columns["_head"].extend([item.head_left if item.head is not None else -np.inf for item in new])
+        columns["_rate"].extend([self._gone_rate.get(item.shape, 0.0) for item in new])
+        columns["_sizes"].extend([item.links.size for item in new])
+        columns["_gone_at"].extend(np.zeros(len(new), dtype=bool))
+        columns["_pair_link"].extend(np.concatenate([item.links for item in new]))
+        columns["_pair_times"].extend(np.concatenate([item.counts for item in new]))
+        self._views()
+
+    def _views(self) -> None:
+        for name, column in self._columns.items():
+            setattr(self, name, column.values)
 
     def _divide(self) -> None:
         """Max-min fair rates for every moving transfer (flows.py), and the links they keep busy."""
         self.n_divisions += 1
+        self._release()
         if len(self.moving) > self._holes:
-            self._rate, busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
-                                               self._gone_at, self._scratch)
+            self._rate[:], busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
+                                                  self._gone_at, self._scratch)
         else:
-            self._rate = np.zeros(len(self.moving))
+            self._rate[:] = 0.0
             busy = np.zeros(0, dtype=np.int64)
         self._busy_us[self._busy] += self.env.now - self._busy_since
         self._busy, self._busy_since = busy, self.env.now
@@ -260,6 +333,7 @@ class FluidNetwork:
             for i, item in zip(gone.tolist(), done):
                 self._gone[item.shape] += 1
                 self._gone_rate[item.shape] = float(self._rate[i])
+                self._hold(item)
                 self.moving[i] = None
             # A hole: never moving, never arriving, left out of the next division.
             self._gone_at[gone] = True
