@@ -4,9 +4,12 @@
 event that fires when the last byte has arrived: the bytes leave at the rate max-min fairness gives
 the transfer among all transfers moving at that moment (flows.py) and arrive the route's latency
 (plus `lat_us`) later. `transfer2` returns three events: the first `head_nbytes` arrived (what a
-pipelined receiver can start on), all arrived, and all sent (when the sender is free again). Whenever transfers start or end, or `set_capacity` changes a link, the links are
-re-divided once all that happens at the same simulated instant is known (so a thousand transfers
-starting together cost one division, not a thousand). Simulated time is in microseconds; 1 GB/s
+pipelined receiver can start on), all arrived, and all sent (when the sender is free again).
+Whenever transfers start or end, or `set_capacity` changes a link, the links are re-divided once
+all that happens at the same simulated instant is known (so a thousand transfers starting together
+cost one division, not a thousand). With `hold` > 0 an arrived transfer keeps its share until a
+transfer of its shape takes its place, for `hold` x its own duration at most, so that a stream of
+slices with short gaps between them costs no division at each one. Simulated time is in microseconds; 1 GB/s
 moves 1,000 bytes per microsecond. A transfer over a link of no capacity never ends (the engine
 reports what is left waiting as a hang). `bytes_on` and `busy_us` account, per link, what crossed it
 and for how long it carried anything.
