@@ -38,10 +38,10 @@ from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan
 from ..plan_p2p import p2p_programs, p2p_stream_chunks
 from ..tuning import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
-from .proxy import ProxyThreads
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
 from .network import FluidNetwork
+from .proxy import ProxyThreads
 from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
