@@ -13,7 +13,8 @@ latency. NVLS chunks go through the NVSwitch: a head's in-switch reduction reads
 every GPU of the node and its multicast writes it to all of them, at `nvls_efficiency` of the
 ports; CollNet chunks go up a head's NIC to the first switch, which reduces once every node's head
 has sent it, and come back down. Every step a rank sends over the network is first posted by its
-one proxy thread, and taken by the receiver's before the receiving GPU sees it. Point-to-point calls run plan_p2p.py's programs the same way.
+one proxy thread, and taken by the receiver's before the receiving GPU sees it (proxy.py).
+Point-to-point calls run plan_p2p.py's programs the same way.
 
 Large calls are simulated in coarser chunks (at most `max_chunks` per channel, the chunk grown by
 a whole factor): the bottleneck and the overlap stay, the event count stays bounded. Channels that

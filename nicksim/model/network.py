@@ -9,10 +9,10 @@ Whenever transfers start or end, or `set_capacity` changes a link, the links are
 all that happens at the same simulated instant is known (so a thousand transfers starting together
 cost one division, not a thousand). With `hold` > 0 an arrived transfer keeps its share until a
 transfer of its shape takes its place, for `hold` x its own duration at most, so that a stream of
-slices with short gaps between them costs no division at each one. Simulated time is in microseconds; 1 GB/s
-moves 1,000 bytes per microsecond. A transfer over a link of no capacity never ends (the engine
-reports what is left waiting as a hang). `bytes_on` and `busy_us` account, per link, what crossed it
-and for how long it carried anything.
+slices with short gaps between them costs no division at each one. Simulated time is in
+microseconds; 1 GB/s moves 1,000 bytes per microsecond. A transfer over a link of no capacity never
+ends (the engine reports what is left waiting as a hang). `bytes_on` and `busy_us` account, per
+link, what crossed it and for how long it carried anything.
 """
 from __future__ import annotations
 
@@ -258,7 +258,7 @@ class FluidNetwork:
         """Keep an arrived transfer's share for at most `hold` x its duration; then re-divide."""
         until = self.env.now + self.hold * (self.env.now - item.began)
         if until <= self.env.now:
-            self._held_until = until  # the division of this instant takes it
+            self._held_until = min(self._held_until, until)  # the division of this instant takes it
         elif until < self._held_until:
             self._held_until = until
             self._hold_wake += 1
