@@ -14,11 +14,13 @@ Element offsets are in the call's element space: the vector for all_reduce, broa
 reduce; the concatenation of all ranks' pieces (rank r owns [r*count, (r+1)*count)) for
 all_gather and reduce_scatter.
 
-Modelled: NCCL 2.22+ channel partition (2.19-2.21 stripe chunks over channels instead and
-are refused); ring programs for the five collectives, tree all_reduce, single-node NVLS
-all_reduce, NVLS all_reduce across nodes, NVLSTree all_reduce, PAT all_gather / reduce_scatter
-(plan_pat.py, 2.26+), CollNet Direct all_reduce / all_gather / reduce_scatter and CollNet Chain
-all_reduce (plan_collnet.py); across nodes NVLS and CollNet go through the CollNet switch.
+Modelled: NCCL 2.22+ channel partition (older releases cut differently and are refused:
+2.18-2.19 kernels stripe each loop over the channels, 2.20-2.21 split the bytes evenly over
+channels with their own chunking); ring programs for the five collectives, tree all_reduce,
+single-node NVLS all_reduce, NVLS all_reduce across nodes, NVLSTree all_reduce, PAT all_gather /
+reduce_scatter (plan_pat.py, 2.26+), CollNet Direct all_reduce / all_gather / reduce_scatter and
+CollNet Chain all_reduce (plan_collnet.py); across nodes NVLS and CollNet go through the CollNet
+switch.
 """
 from __future__ import annotations
 
@@ -225,8 +227,9 @@ def _partition(comm: CommState, call: Call, choice: Choice) -> list[tuple[int, i
 def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan:
     """The plan NCCL makes for `call` on `comm` (its own choice unless `choice` is given)."""
     if comm.table.version.minor < 22:
-        raise UsageError(f"per-channel plans of NCCL {comm.table.version.line} are not modelled (2.19-2.21 stripe "
-                         "chunks over channels)", "--nccl-version", "2.22 or later")
+        raise UsageError(f"per-channel plans of NCCL {comm.table.version.line} are not modelled (2.18-2.19 stripe "
+                         "each loop over channels, 2.20-2.21 split bytes evenly with their own chunking)",
+                         "--nccl-version", "2.22 or later")
     choice = choice or choose(comm, call)
     elem = call.elem_nbytes
     grain = proto_grain_nbytes(choice.protocol)
