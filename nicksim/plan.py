@@ -14,13 +14,12 @@ Element offsets are in the call's element space: the vector for all_reduce, broa
 reduce; the concatenation of all ranks' pieces (rank r owns [r*count, (r+1)*count)) for
 all_gather and reduce_scatter.
 
-Modelled: NCCL 2.22+ channel partition (older releases cut differently and are refused:
-2.18-2.19 kernels stripe each loop over the channels, 2.20-2.21 split the bytes evenly over
-channels with their own chunking); ring programs for the five collectives, tree all_reduce,
-single-node NVLS all_reduce, NVLS all_reduce across nodes, NVLSTree all_reduce, PAT all_gather /
-reduce_scatter (plan_pat.py, 2.26+), CollNet Direct all_reduce / all_gather / reduce_scatter and
-CollNet Chain all_reduce (plan_collnet.py); across nodes NVLS and CollNet go through the CollNet
-switch.
+Modelled: NCCL 2.22+ channel partition and 2.20-2.21's even split with its own chunking
+(2.18-2.19 kernels stripe each loop over the channels: refused); ring programs for the five
+collectives, tree all_reduce, single-node NVLS all_reduce, NVLS all_reduce across nodes, NVLSTree
+all_reduce, PAT all_gather / reduce_scatter (plan_pat.py, 2.26+), CollNet Direct all_reduce /
+all_gather / reduce_scatter and CollNet Chain all_reduce (plan_collnet.py); across nodes NVLS and
+CollNet go through the CollNet switch.
 """
 from __future__ import annotations
 
@@ -119,17 +118,19 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_ch
             if nbytes < factor * ops * chunk and chunk > floor:
                 chunk = floor
     elif algorithm == "NVLSTree":
-        ops = comm.nvls_heads
-        chunk = min(comm.nvls_chunk_nbytes, comm.nvls_tree_max_chunk_nbytes)
+        ops = n_channels * comm.nvls_heads
+        # 2.20 starts from a whole Simple step where 2.21 starts from the NVLS chunk (enqueue.cc).
+        start = step if comm.table.version.minor == 20 else comm.nvls_chunk_nbytes
+        chunk = min(start, comm.nvls_tree_max_chunk_nbytes)
         for factor, floor in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
             if nbytes < factor * ops * chunk and chunk > floor:
                 chunk = floor
     elif algorithm == "Tree" and protocol == "LL128":
         ppn = comm.nranks / comm.n_nodes
         steps = 1 + _log2i(comm.n_nodes) + 0.1 * ppn
-        while nbytes // chunk < steps * 64 / ppn and chunk > 131072:
+        while nbytes // (n_channels * chunk) < steps * 64 / ppn and chunk > 131072:
             chunk //= 2
-        while nbytes // chunk < steps * 16 / ppn and chunk > 32768:
+        while nbytes // (n_channels * chunk) < steps * 16 / ppn and chunk > 32768:
             chunk //= 2
     elif algorithm == "PAT":
         factor = 32 if call.collective == "all_gather" else 16
@@ -224,12 +225,37 @@ def _partition(comm: CommState, call: Call, choice: Choice) -> list[tuple[int, i
     return parts
 
 
+def _usable_channels(comm: CommState, choice: Choice) -> int:
+    """The channels a call alone in its plan may use: its tuned count within the kind's maximum."""
+    kind_max = comm.nvls_channels if choice.algorithm in ("NVLS", "NVLSTree") else comm.n_channels
+    return min(choice.max_channels, kind_max)
+
+
+def _even_parts(call: Call, choice: Choice, n_channels: int) -> list[tuple[int, int, int]]:
+    """addCBDCollToPlan (enqueue.cc 2.20-2.21) for a call alone in its plan: [(channel, offset,
+    count)]. Every channel gets the same bytes (16-byte aligned, maxBytesPerChannel), each share
+    rounded up to whole alignment units (computeCollAlignCount), so the last channels may get
+    less, or nothing."""
+    elem = call.elem_nbytes
+    align = _align_count(choice.protocol, choice.n_threads, elem)
+    per_channel = _div_up(_div_up(call.count * elem, n_channels), 16) * 16
+    parts, offset, left = [], 0, call.count
+    for channel in range(n_channels):
+        if left == 0:
+            break
+        count = min(_div_up(_div_up(min(per_channel, left * elem), elem), align) * align, left)
+        parts.append((channel, offset, count))
+        offset += count
+        left -= count
+    return parts
+
+
 def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan:
     """The plan NCCL makes for `call` on `comm` (its own choice unless `choice` is given)."""
-    if comm.table.version.minor < 22:
-        raise UsageError(f"per-channel plans of NCCL {comm.table.version.line} are not modelled (2.18-2.19 stripe "
-                         "each loop over channels, 2.20-2.21 split bytes evenly with their own chunking)",
-                         "--nccl-version", "2.22 or later")
+    minor = comm.table.version.minor
+    if minor < 20:
+        raise UsageError(f"per-channel plans of NCCL {comm.table.version.line} are not modelled (2.18-2.19 kernels "
+                         "stripe each loop of chunks over the channels)", "--nccl-version", "2.20 or later")
     choice = choice or choose(comm, call)
     elem = call.elem_nbytes
     grain = proto_grain_nbytes(choice.protocol)
@@ -240,6 +266,11 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
         n_ch = choice.max_channels
         chunk = _chunk_nbytes(comm, call, choice, global_per_elem * call.count, n_ch) // grain * grain
         parts = [ChannelPart(c, 0, call.count, chunk, chunk // elem) for c in range(n_ch)]
+    elif call.count > 0 and minor < 22:
+        n_ch = _usable_channels(comm, choice)
+        chunk = _chunk_nbytes(comm, call, choice, global_per_elem * call.count, n_ch)
+        parts = [ChannelPart(channel, offset, count, chunk, chunk // elem)
+                 for channel, offset, count in _even_parts(call, choice, n_ch)]
     elif call.count > 0:
         for channel, offset, count in _partition(comm, call, choice):
             chunk = _chunk_nbytes(comm, call, choice, global_per_elem * count)
@@ -249,7 +280,7 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
     chunk_steps, slice_steps = _chunk_steps(call) if ring_simple else (1, 1)
     return Plan(call, choice.algorithm, choice.protocol, choice.n_threads, choice.max_channels, choice.time_us,
                 comm.buff_nbytes[p] // NCCL_STEPS, chunk_steps, slice_steps, tuple(parts), comm.nvls_heads,
-                comm.table.version.minor)
+                minor)
 
 
 # --- primitive programs --------------------------------------------------------------------------
@@ -296,6 +327,26 @@ def _align_up(a: int, b: int) -> int:
     return _div_up(a, b) * b
 
 
+def _align_count(protocol: str, n_threads: int, elem_nbytes: int) -> int:
+    """computeCollAlignCount (enqueue.cc, 2.20-2.21), in elements: Simple NCCL_SIMPLE_ALIGNMENT
+    (32 x 8 x 16 = 4096 B), LL128 480 B a warp, LL 8 B a thread."""
+    if protocol == "Simple":
+        return 4096 // elem_nbytes
+    if protocol == "LL128":
+        return 480 // elem_nbytes * (n_threads // 32)
+    return 8 // elem_nbytes * n_threads
+
+
+def _last_chunk_align(plan: Plan, nbytes: int) -> int:
+    """What a loop's last, smaller chunk is rounded up to (elements): 2.20-2.21 give it in
+    lastChunkCount at the alignment of the channel's work (computeCollLastChunkInfo), later
+    kernels round it to `nbytes` themselves."""
+    elem = plan.call.elem_nbytes
+    if plan.version_minor < 22:
+        return _align_count(plan.protocol, plan.n_threads, elem)
+    return nbytes // elem
+
+
 def _ring_allreduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...], rank: int, index: int) -> list[Prim]:
     n = len(ring)
     prev, nxt = ring[-1], ring[1]
@@ -307,7 +358,7 @@ def _ring_allreduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...], rank: 
     while off < part.count:
         rem = part.count - off
         if rem < loop:
-            chunk_count = _align_up(_div_up(rem, n), 16 // elem)
+            chunk_count = _align_up(_div_up(rem, n), _last_chunk_align(plan, 16))
 
         def at(chunk: int) -> tuple[int, int]:
             c_off = chunk * chunk_count
@@ -413,7 +464,7 @@ def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, heads: tuple[int, 
     chunk = part.chunk_count
     loop = n_heads * chunk
     rem = part.count % loop
-    last_chunk = _align_up(_div_up(rem, n_heads), 16384 // elem)
+    last_chunk = _align_up(_div_up(rem, n_heads), _last_chunk_align(plan, 16384))
     scatter, gather, reduce = [], [], []
     off = 0
     while off < part.count:
@@ -472,7 +523,7 @@ def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int,
     chunk = part.chunk_count
     loop = n_heads * chunk
     rem = part.count % loop
-    last_chunk = _align_up(_div_up(rem, n_heads), 16 // elem)
+    last_chunk = _align_up(_div_up(rem, n_heads), _last_chunk_align(plan, 16))
     rounds = _nvls_tree_rounds(part.offset, part.count, chunk, last_chunk, n_heads)
     reduce, bcast = [], []
     for pieces in rounds if head >= 0 else ():

@@ -681,3 +681,24 @@ def test_nvls_tree_puts_the_trees_bytes_on_the_nics_and_the_multicast_cost_on_th
     for run in (ideal, real):
         assert run.link_nbytes["node0:NIC/0->NET/0"] == pytest.approx((1 << 30) / 8, rel=1e-6)
     assert 1.0 < real.link_nbytes[port] / ideal.link_nbytes[port] <= 1 / 0.85 + 1e-9
+
+
+@pytest.mark.parametrize("version, nodes", [("2.20", 1), ("2.21", 1), ("2.21", 2)])
+def test_2_20_and_2_21_plans_run_in_the_des(version, nodes):
+    # Their even split (addCBDCollToPlan) moves the same bytes as 2.22's partition over the same
+    # channels: at 1 GiB the two releases' runs are within a few percent, and NCCL's own formula
+    # agrees as it does for the later releases; at 1 MiB the plan runs to the end.
+    runs, jobs = {}, {}
+    for v in (version, "2.22"):
+        job = jobs[v] = load_job(JobSpec(system="dgx-h100", nodes=nodes, nccl_version=v), read_params({}))
+        big = call_for_size("all_reduce", 1024 * MiB, "float", "sum", 0, job.nranks)
+        runs[v] = simulate(des_setup(job), big)
+        assert runs[v].hang is None
+    old, job = runs[version], jobs[version]
+    assert old.plan.version_minor == int(version.split(".")[1])
+    assert old.time_us == pytest.approx(runs["2.22"].time_us, rel=0.05)
+    assert old.time_us == pytest.approx(model_result(job, big).time_us, rel=0.15)
+    small = call_for_size("all_reduce", MiB, "float", "sum", 0, job.nranks)
+    run = simulate(des_setup(job), small)
+    assert run.hang is None and run.time_us > 0
+    assert sum(p.count for p in run.plan.parts) == small.count

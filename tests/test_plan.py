@@ -1,18 +1,22 @@
-"""Plans: enqueue.cc's channel partition and chunk sizes (2.22.3, 2.30.7), the device primitive
-programs (src/device/*.h, 2.30.7), and the symbolic check that every output byte is produced
-exactly once."""
+"""Plans: enqueue.cc's channel partition and chunk sizes (2.20.5, 2.21.5, 2.22.3, 2.30.7), the
+device primitive programs (src/device/*.h, 2.30.7), and the symbolic check that every output byte
+is produced exactly once."""
 from __future__ import annotations
 
+import gzip
 from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from nicksim.calls import call_for_size
-from nicksim.choose import forced_choice
+from nicksim.choose import Choice, forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, check_programs, plan_call, proto_grain_nbytes,
-                          rank_programs)
+from nicksim.errors import UsageError
+from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, _chunk_nbytes, check_programs, plan_call,
+                          proto_grain_nbytes, rank_programs)
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
@@ -171,11 +175,104 @@ def test_nvls_chunks_shrink_for_small_messages(jobs):
     assert sizes == {1 << 16: 16384, 1 << 20: 16384, 1 << 23: 32768, 1 << 30: 131072}
 
 
-def test_plans_are_refused_before_2_22():
+def test_plans_are_refused_before_2_20():
+    # 2.18-2.19 kernels stripe each loop of chunks over the channels (all_reduce.h runRing, v2.18.5).
+    for version in ("2.18", "2.19"):
+        job = job_of(version=version)
+        call = call_for_size("all_reduce", 1024, "float", "sum", 0, job.nranks)
+        with pytest.raises(UsageError, match="2.20 or later"):
+            plan_call(job.comm, call)
+
+
+def test_2_21_splits_the_bytes_evenly_in_whole_alignment_units():
+    # addCBDCollToPlan (enqueue.cc v2.21.5): 1 MiB of floats over 24 channels is 43,691 B a
+    # channel, 43,696 at 16 B; LL with 512 threads aligns to 8 B x 512 = 1024 floats
+    # (computeCollAlignCount), so each channel takes ceil(10,924 / 1024) x 1024 = 11,264 floats:
+    # 23 channels, the last 262,144 - 23 x 11,264 = 3,072.
     job = job_of(version="2.21")
-    call = call_for_size("all_reduce", 1024, "float", "sum", 0, job.nranks)
-    with pytest.raises(Exception, match="2.22"):
-        plan_call(job.comm, call)
+    call = call_for_size("all_reduce", 1 << 20, "float", "sum", 0, job.nranks)
+    plan = forced(job, call, "Ring", "LL")
+    assert (plan.max_channels, plan.n_threads) == (24, 512)
+    assert [p.count for p in plan.parts] == [11264] * 23 + [3072]
+    assert [p.offset for p in plan.parts[:3]] == [0, 11264, 22528]
+    # computeCollChunkInfo: the LL chunk is half a step whatever the size.
+    assert {p.chunk_nbytes for p in plan.parts} == {(512 << 10) // 8 // 2}
+
+
+def test_2_21_last_ring_chunk_is_a_whole_simple_alignment_unit():
+    # computeCollLastChunkInfo: what is left after whole loops of nRanks x chunkCount, divided
+    # by the ranks and rounded up to NCCL_SIMPLE_ALIGNMENT (4096 B = 1024 floats); 2.22 rounds to 16 B.
+    sizes = {}
+    for version in ("2.21", "2.22"):
+        job = job_of(version=version)
+        call = call_for_size("all_reduce", 100 << 20, "float", "sum", 0, job.nranks)
+        plan = forced(job, call, "Ring", "Simple")
+        programs = all_programs(job, plan)
+        sends = [p.nelem for p in programs[0][0].streams[0].prims if p.op == "send"]
+        sizes[version] = sends[-1]
+        check_programs(call, programs)
+    assert sizes["2.21"] % 1024 == 0 and sizes["2.22"] % 1024 != 0
+
+
+@pytest.mark.parametrize("version", ["2.20", "2.21"])
+def test_2_20_and_2_21_plans_conserve_bytes(version):
+    jobs = {"h100": job_of(version=version), "h100x2": job_of(nodes=2, version=version),
+            "a100": job_of("dgx-a100", version=version), "h100x3gpu": job_of(gpus_per_node=3, version=version)}
+    for job in jobs.values():
+        for coll in COLLECTIVES:
+            for size in SIZES:
+                for proto in ("LL", "LL128", "Simple"):
+                    call = call_for_size(coll, size, "float", "sum", job.nranks - 1, job.nranks)
+                    plan = forced(job, call, "Ring", proto)
+                    assert sum(p.count for p in plan.parts) == call.count
+                    check_programs(call, all_programs(job, plan))
+        for k in range(3, 27, 4):
+            for coll in COLLECTIVES:
+                call = call_for_size(coll, 1 << k, "float", "sum", 0, job.nranks)
+                check(job, call, all_programs(job, plan_call(job.comm, call)))
+    for size in SIZES + (1 << 26,):
+        call = call_for_size("all_reduce", size, "half", "sum", 0, 8)
+        for proto in ("LL", "LL128", "Simple"):
+            check_programs(call, all_programs(jobs["h100"], forced(jobs["h100"], call, "Tree", proto)))
+        check_programs(call, all_programs(jobs["h100"], forced(jobs["h100"], call, "NVLS", "Simple")))
+        call = call_for_size("all_reduce", size, "float", "sum", 0, 16)
+        check(jobs["h100x2"], call, all_programs(jobs["h100x2"], forced(jobs["h100x2"], call, "NVLSTree", "Simple")))
+
+
+CHUNK_INFO = Path(__file__).parent / "golden" / "nccl-chunk"
+
+
+@pytest.mark.parametrize("name", ["2.20.5.chunkinfo.txt.gz", "2.21.5.chunkinfo.txt.gz"])
+def test_2_20_and_2_21_chunks_match_nccls_compute_coll_chunk_info(name):
+    """Ring, Tree, NVLS and NVLSTree chunks as 2.20.5's and 2.21.5's own enqueue.cc computes them
+    for a whole call over its channels (tests/golden/nccl-chunk/README.md)."""
+    minor = int(name.split(".")[1])
+    rows = gzip.decompress((CHUNK_INFO / name).read_bytes()).decode().split("\n")
+    rows = [row.split() for row in rows if row]
+    assert len(rows) == 72900
+    for algorithm, protocol, nch, nbytes, nodes, buff, nvls_bw, chunk in rows:
+        nodes, buff = int(nodes), int(buff)
+        # NCCL_NVLSTREE_MAX_CHUNKSIZE's default: 64 KiB from 4 nodes, else where NVLSTree starts.
+        tree_max = 65536 if nodes >= 4 else (buff // 8 if minor == 20 else 131072)
+        table = SimpleNamespace(bw=lambda *_, b=float(nvls_bw): b, version=SimpleNamespace(minor=minor))
+        comm = SimpleNamespace(buff_nbytes=(512 * 1024, 4915200, buff), nvls_chunk_nbytes=131072, n_nodes=nodes,
+                               table=table, nvls_heads=8, nranks=nodes * 8, nvls_tree_max_chunk_nbytes=tree_max)
+        call = call_for_size("all_reduce", 8, "float", "sum", 0, comm.nranks)
+        ours = _chunk_nbytes(comm, call, Choice(algorithm, protocol, int(nch), 640, 0.0), int(nbytes), int(nch))
+        assert ours == int(chunk), (algorithm, protocol, nch, nbytes, nodes, buff, nvls_bw)
+
+
+def test_2_20_nvls_tree_chunks_start_from_a_whole_step():
+    # computeCollChunkInfo NVLS_TREE: 2.20 starts from the Simple step (4 MiB / 8) and keeps it below
+    # 4 nodes; 2.21 starts from the NVLS chunk (128 KiB). Both count 16 channels x 8 heads = 128
+    # concurrent ops: 1 GiB < 32 x 128 x 512 KiB halves 2.20's chunk to 256 KiB, and 1 GiB >= 16 x
+    # 128 x 256 KiB keeps it there; 2.21's 128 KiB is under every rule's floor.
+    chunks = {}
+    for version in ("2.20", "2.21"):
+        job = job_of(nodes=2, version=version)
+        call = call_for_size("all_reduce", 1 << 30, "float", "sum", 0, job.nranks)
+        chunks[version] = forced(job, call, "NVLSTree", "Simple").parts[0].chunk_nbytes
+    assert chunks == {"2.20": 256 << 10, "2.21": 128 << 10}
 
 
 # --- the check itself must be able to fail ---------------------------------------------------
