@@ -350,7 +350,6 @@ def _last_chunk_align(plan: Plan, nbytes: int) -> int:
 def _ring_allreduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...], rank: int, index: int) -> list[Prim]:
     n = len(ring)
     prev, nxt = ring[-1], ring[1]
-    elem = plan.call.elem_nbytes
     chunk_count = part.chunk_count
     loop = n * chunk_count
     prims = []
@@ -460,7 +459,6 @@ def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, heads: tuple[int, 
     every rank gathers all n_heads results. Where the NVLS domain has more GPUs than heads (an
     NVL72 rack: 32 heads, NCCL_MAX_NVLS_ARITY), the other ranks only scatter and gather."""
     n_heads = len(heads)
-    elem = plan.call.elem_nbytes
     chunk = part.chunk_count
     loop = n_heads * chunk
     rem = part.count % loop
@@ -519,7 +517,6 @@ def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int,
     child nodes' heads and sends it up the tree across nodes; the root multicasts the total into
     its node and back down, and every other head receives it from above, multicasts it into its
     node and passes it down (the broadcast stream)."""
-    elem = plan.call.elem_nbytes
     chunk = part.chunk_count
     loop = n_heads * chunk
     rem = part.count % loop
