@@ -164,7 +164,7 @@ class _NvlsBandwidth:
         return self.bw_gbps
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in CHUNKS.glob("*.txt.gz")))
+@pytest.mark.parametrize("name", sorted(p.name for p in CHUNKS.glob("*.collnet-nvls.txt.gz")))
 def test_chunk_sizes_match_nccls_calc_coll_chunking(name):
     """CollNet Direct, CollNet Chain and NVLS chunks as NCCL's own enqueue.cc computes them
     (tests/golden/nccl-chunk/README.md), for a communicator with just the fields it reads."""
