@@ -76,9 +76,9 @@ class DesParams:
     step_lat_scale: float = 1.0
     launch_scale: float = 1.0
     max_chunks: int = 64
-    # Beyond this many node classes the exact split costs more than a minute a call (its cost grows
-    # about as the square of the nodes: NVLS Tree on 128 DGX H100 takes 39 s); each channel is then
-    # split on its own (symmetry.py): close, not exact.
+    # Beyond this many node classes each channel is split on its own (symmetry.py): close, not
+    # exact. The exact split's cost grows about as the square of the nodes: NVLS Tree on 128 DGX H100
+    # takes 78-120 s on a 2-core machine since the receiver's proxy takes every step (docs/des.md).
     exact_nodes: int = 128
     # An arrived transfer keeps its links' share for at most this fraction of its duration, or until
     # one of its shape takes its place (network.py): a connection's next slice costs no division.
