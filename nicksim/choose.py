@@ -133,12 +133,15 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
     nvls_ch = nvls_channels(paths.system, graphs, n_nodes, params)
     # NCCL_NVLSTREE_MAX_CHUNKSIZE default (-2): 64 KiB from 4 nodes, else the chunk NVLS Tree starts
     # from: the NVLS chunk (enqueue.cc 2.21-2.22, nvls.cc 2.30; the SM100 multi-node retuning of 2.30
-    # is not modelled), a whole Simple step in 2.20 (enqueue.cc v2.20.5 computeCollChunkInfo).
-    chunk = params.get("NCCL_NVLS_CHUNKSIZE") or _NVLS_CHUNK_NBYTES
+    # is not modelled), a whole Simple step in 2.18-2.20 (enqueue.cc computeColl, v2.20.5
+    # computeCollChunkInfo). 2.19 hard-codes the 64 KiB from 4 nodes; 2.18 has no limit.
+    # NCCL_NVLS_CHUNKSIZE is read from 2.21 (transport/nvls.cc); earlier releases hard-code 128 KiB.
+    chunk = (params.get("NCCL_NVLS_CHUNKSIZE") if version.minor >= 21 else None) or _NVLS_CHUNK_NBYTES
     buff_simple = params.get("NCCL_BUFFSIZE") or (4 << 20)
-    start = buff_simple // 8 if version.minor == 20 else chunk
-    tree_env = params.get("NCCL_NVLSTREE_MAX_CHUNKSIZE")
-    tree_max = tree_env if tree_env is not None and tree_env != -2 else (65536 if n_nodes >= 4 else start)
+    start = buff_simple // 8 if version.minor <= 20 else chunk
+    tree_env = params.get("NCCL_NVLSTREE_MAX_CHUNKSIZE") if version.minor >= 20 else None
+    four_nodes = n_nodes >= 4 and version.minor >= 19
+    tree_max = tree_env if tree_env is not None and tree_env != -2 else (65536 if four_nodes else start)
     return CommState(
         table=table, inputs=inputs, thresholds=thread_thresholds(tables, inputs.n_ranks, params),
         n_channels=n_channels, nvls_support=nvls is not None, nvls_channels=nvls_ch,

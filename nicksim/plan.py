@@ -14,8 +14,10 @@ Element offsets are in the call's element space: the vector for all_reduce, broa
 reduce; the concatenation of all ranks' pieces (rank r owns [r*count, (r+1)*count)) for
 all_gather and reduce_scatter.
 
-Modelled: NCCL 2.22+ channel partition and 2.20-2.21's even split with its own chunking
-(2.18-2.19 kernels stripe each loop over the channels: refused); ring programs for the five
+Modelled: NCCL 2.22+ channel partition, 2.20-2.21's even split with its own chunking, and
+2.18-2.19's striped plans (every channel is given the whole count; the kernels cut each loop into
+per-channel chunks, enqueue.cc computeColl and src/collectives/device/*.h of 2.18.5 and
+src/device/*.h of 2.19.4); ring programs for the five
 collectives, tree all_reduce, single-node NVLS all_reduce, NVLS all_reduce across nodes, NVLSTree
 all_reduce, PAT all_gather / reduce_scatter (plan_pat.py, 2.26+), CollNet Direct all_reduce /
 all_gather / reduce_scatter and CollNet Chain all_reduce (plan_collnet.py); across nodes NVLS and
@@ -63,7 +65,9 @@ class Plan:
 
     `parts` lists the channels the call uses (nChannels = len(parts)); `step_nbytes` is the
     connection buffer slot (buffSize / NCCL_STEPS); Simple ring transfers move `slice_steps`
-    slots per primitive step and `chunk_steps` per chunk.
+    slots per primitive step and `chunk_steps` per chunk. In a `striped` plan every part holds
+    the whole count and the kernel takes channel c's chunks from each loop over all channels
+    (CollNet and NVLS across nodes in every release, everything before 2.20).
     """
 
     call: Call
@@ -78,6 +82,7 @@ class Plan:
     parts: tuple[ChannelPart, ...]
     nvls_heads: int
     version_minor: int
+    striped: bool = False
 
     @property
     def n_channels(self) -> int:
@@ -94,8 +99,10 @@ def _log2i(n: int) -> int:
 
 def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_channels: int = 1) -> int:
     """calcCollChunking for `n_channels` channels holding `nbytes` of global (not traffic) bytes
-    (one channel's part, or every channel of a CollNet-scheduled call)."""
+    (one channel's part, or every channel of a CollNet-scheduled call); before 2.20, computeColl's
+    chunkSize, or lastChunkSize where the kernel reads it (Tree, NVLS, NVLSTree, CollNet)."""
     algorithm, protocol = choice.algorithm, choice.protocol
+    minor = comm.table.version.minor
     p = ("LL", "LL128", "Simple").index(protocol)
     step = comm.buff_nbytes[p] // NCCL_STEPS
     ring_simple = protocol == "Simple" and algorithm == "Ring"
@@ -110,7 +117,7 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_ch
                                     step, comm.buff_nbytes[2] // NCCL_STEPS)
     if algorithm == "NVLS":
         limit = comm.nvls_chunk_nbytes
-        if comm.n_nodes > 1 and comm.table.bw("AllReduce", "NVLS", "Simple") < 150:
+        if minor >= 19 and comm.n_nodes > 1 and comm.table.bw("AllReduce", "NVLS", "Simple") < 150:
             limit = 32768
         chunk = min(chunk, limit)
         ops = n_channels * comm.nvls_heads
@@ -119,8 +126,8 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_ch
                 chunk = floor
     elif algorithm == "NVLSTree":
         ops = n_channels * comm.nvls_heads
-        # 2.20 starts from a whole Simple step where 2.21 starts from the NVLS chunk (enqueue.cc).
-        start = step if comm.table.version.minor == 20 else comm.nvls_chunk_nbytes
+        # 2.18-2.20 start from a whole Simple step where 2.21 starts from the NVLS chunk (enqueue.cc).
+        start = step if minor <= 20 else comm.nvls_chunk_nbytes
         chunk = min(start, comm.nvls_tree_max_chunk_nbytes)
         for factor, floor in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
             if nbytes < factor * ops * chunk and chunk > floor:
@@ -128,10 +135,20 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_ch
     elif algorithm == "Tree" and protocol == "LL128":
         ppn = comm.nranks / comm.n_nodes
         steps = 1 + _log2i(comm.n_nodes) + 0.1 * ppn
-        while nbytes // (n_channels * chunk) < steps * 64 / ppn and chunk > 131072:
-            chunk //= 2
-        while nbytes // (n_channels * chunk) < steps * 16 / ppn and chunk > 32768:
-            chunk //= 2
+        # 2.18-2.19 halve the whole LL128 step and keep its data (15/16) afterwards; 2.20 on halve the data.
+        raw = step if minor < 20 else chunk
+        while nbytes // (n_channels * raw) < steps * 64 / ppn and raw > 131072:
+            raw //= 2
+        while nbytes // (n_channels * raw) < steps * 16 / ppn and raw > 32768:
+            raw //= 2
+        chunk = raw * 15 // 16 if minor < 20 else raw
+    elif algorithm == "Tree" and protocol == "Simple" and minor < 20:
+        # computeColl 2.18-2.19: fewer than 8, 4, 1 chunks a channel per tree level halve the
+        # chunk (down to 128, 64, 32 KiB); the depth is connect.cc's nRanks/nNodes - 1 + log2i(nNodes).
+        depth = comm.nranks // comm.n_nodes - 1 + _log2i(comm.n_nodes)
+        for factor, floor in ((8, 131072), (4, 65536), (1, 32768)):
+            while nbytes // (n_channels * chunk) < depth * factor and chunk > floor:
+                chunk //= 2
     elif algorithm == "PAT":
         factor = 32 if call.collective == "all_gather" else 16
         while chunk * factor > nbytes and chunk > 65536:
@@ -253,18 +270,21 @@ def _even_parts(call: Call, choice: Choice, n_channels: int) -> list[tuple[int, 
 def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan:
     """The plan NCCL makes for `call` on `comm` (its own choice unless `choice` is given)."""
     minor = comm.table.version.minor
-    if minor < 20:
-        raise UsageError(f"per-channel plans of NCCL {comm.table.version.line} are not modelled (2.18-2.19 kernels "
-                         "stripe each loop of chunks over the channels)", "--nccl-version", "2.20 or later")
     choice = choice or choose(comm, call)
     elem = call.elem_nbytes
     grain = proto_grain_nbytes(choice.protocol)
     global_per_elem = elem * (call.nranks if call.collective in ("all_gather", "reduce_scatter") else 1)
     parts = []
+    striped = collnet_scheduled(choice.algorithm, comm.n_nodes) or minor < 20
     if collnet_scheduled(choice.algorithm, comm.n_nodes):
         # Every channel takes the whole count; the kernel strides through it by channel.
         n_ch = choice.max_channels
         chunk = _chunk_nbytes(comm, call, choice, global_per_elem * call.count, n_ch) // grain * grain
+        parts = [ChannelPart(c, 0, call.count, chunk, chunk // elem) for c in range(n_ch)]
+    elif call.count > 0 and minor < 20:
+        # addCollToPlan (2.18-2.19) gives each of the call's channels the whole work element.
+        n_ch = _usable_channels(comm, choice)
+        chunk = _chunk_nbytes(comm, call, choice, global_per_elem * call.count, n_ch)
         parts = [ChannelPart(c, 0, call.count, chunk, chunk // elem) for c in range(n_ch)]
     elif call.count > 0 and minor < 22:
         n_ch = _usable_channels(comm, choice)
@@ -280,7 +300,7 @@ def plan_call(comm: CommState, call: Call, choice: Choice | None = None) -> Plan
     chunk_steps, slice_steps = _chunk_steps(call) if ring_simple else (1, 1)
     return Plan(call, choice.algorithm, choice.protocol, choice.n_threads, choice.max_channels, choice.time_us,
                 comm.buff_nbytes[p] // NCCL_STEPS, chunk_steps, slice_steps, tuple(parts), comm.nvls_heads,
-                minor)
+                minor, striped)
 
 
 # --- primitive programs --------------------------------------------------------------------------
@@ -347,25 +367,106 @@ def _last_chunk_align(plan: Plan, nbytes: int) -> int:
     return nbytes // elem
 
 
-def _ring_allreduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...], rank: int, index: int) -> list[Prim]:
-    n = len(ring)
-    prev, nxt = ring[-1], ring[1]
+# --- 2.18-2.19: every channel holds the whole count, each loop is cut over all channels ----------
+
+def _device_elem(call: Call) -> int:
+    """The element size the 2.18-2.19 kernels count in: all_gather and broadcast run on bytes
+    (info.h ncclInfoSetDerived turns them into ncclInt8)."""
+    return 1 if call.collective in ("all_gather", "broadcast") else call.elem_nbytes
+
+
+def _ll_last_chunk(plan: Plan, chunk: int, d: int) -> int:
+    """computeColl's LL lastChunkSize (device elements of `d` bytes): the bytes left after whole
+    loops of nChannels x nchunksPerLoop slices of `chunk`, shared out and rounded up to 8 B a thread."""
+    call = plan.call
+    per_loop = 1 if call.collective in ("broadcast", "reduce") else call.nranks
+    nbytes = call.count * call.elem_nbytes * (call.nranks if call.collective in ("all_gather", "reduce_scatter")
+                                              else 1)
+    loop_nbytes = plan.n_channels * per_loop * chunk * d
+    last = _div_up(nbytes % loop_nbytes, plan.n_channels * per_loop)
+    return _align_up(last, plan.n_threads * 8) // d
+
+
+def _striped_ring_chunk(plan: Plan, rest: int, chunk: int, ways: int, d: int, ll_last: int) -> int:
+    """realChunkSize of one loop of a 2.18-2.19 ring kernel (device elements): what is left shared
+    `ways` ways (the channels, times the ranks for all_reduce), at most `chunk`, rounded for Simple
+    to the copy threads' 8 B, for LL128 (and LL in all_reduce) to whole minimum chunks; other LL
+    rings take the host's lastChunkSize for their last loop."""
+    nt, coll = plan.n_threads, plan.call.collective
+    if plan.protocol == "Simple":
+        return _align_up(min(chunk, _div_up(rest, ways)), (nt - 32) * 8 // d)
+    if plan.protocol == "LL" and coll != "all_reduce":
+        return ll_last if rest < ways * chunk else chunk
+    if plan.protocol == "LL":
+        least = nt * (8 // d)
+    elif coll in ("broadcast", "reduce"):
+        least = nt * (60 // d)  # LL128 calcBytePerGrain: 8 x 15 x 8 / 16 = 60 B a thread
+    else:
+        least = nt * (60 // d) // 2
+    return min(chunk, _div_up(rest, ways * least) * least)
+
+
+def _striped_chunks(plan: Plan, part: ChannelPart) -> list[tuple[int, int]]:
+    """(offset, nelem) of channel `part.channel`'s chunk in each loop of a 2.18-2.19 ring (not
+    all_reduce) or tree kernel, in the call's elements; nelem is 0 where the loop ends first."""
+    call, bid, n_ch = plan.call, part.channel, plan.n_channels
+    d = _device_elem(call)
+    size, chunk = call.count * call.elem_nbytes // d, part.chunk_nbytes // d
+    loop = n_ch * chunk
+    out = []
+    if plan.algorithm == "Tree":
+        # runTreeSplit: a call smaller than one loop shrinks the chunk to whole minimum chunks.
+        nt = plan.n_threads
+        least = {"Simple": (nt - 64) * 8 * (8 // d), "LL": nt * (8 // d), "LL128": nt * (60 // d) // 8}[plan.protocol]
+        if loop > size:
+            chunk = _div_up(size, n_ch * least) * least
+        for grid in range(0, size, loop):
+            off = grid + bid * chunk
+            out.append((off, max(0, min(chunk, size - off))))
+    else:
+        ll_last = _ll_last_chunk(plan, chunk, d) if plan.protocol == "LL" else 0
+        for grid in range(0, size, loop):
+            real = _striped_ring_chunk(plan, size - grid, chunk, n_ch, d, ll_last)
+            off = grid + bid * real
+            out.append((off, max(0, min(real, size - off))))
+    return [(off * d // call.elem_nbytes, nelem * d // call.elem_nbytes) for off, nelem in out]
+
+
+def _ring_allreduce_loops(plan: Plan, part: ChannelPart, n: int):
+    """Each loop of a ring all_reduce on one channel, as a function from a chunk index (0..n-1)
+    to its (offset, nelem). 2.20+: the channel's own part in chunks of chunk_count, the last loop's
+    shared by the ranks; 2.18-2.19: all channels' loop, Simple giving each channel n contiguous
+    chunks, LL and LL128 interleaving the channels chunk by chunk (all_reduce.h calcOffset)."""
+    if plan.striped:
+        bid, n_ch, size = part.channel, plan.n_channels, plan.call.count
+        chunk = part.chunk_count
+        for grid in range(0, size, n_ch * n * chunk):
+            real = _striped_ring_chunk(plan, size - grid, chunk, n_ch * n, plan.call.elem_nbytes, 0)
+            if plan.protocol == "Simple":
+                base, step = grid + bid * n * real, real
+            else:
+                base, step = grid + bid * real, n_ch * real
+            yield lambda c, base=base, step=step, real=real: (base + c * step,
+                                                             max(0, min(real, size - base - c * step)))
+        return
     chunk_count = part.chunk_count
     loop = n * chunk_count
-    prims = []
-    off = 0
-    while off < part.count:
+    for off in range(0, part.count, loop):
         rem = part.count - off
         if rem < loop:
             chunk_count = _align_up(_div_up(rem, n), _last_chunk_align(plan, 16))
+        yield lambda c, off=off, rem=rem, cc=chunk_count: (part.offset + off + c * cc, max(0, min(cc, rem - c * cc)))
 
-        def at(chunk: int) -> tuple[int, int]:
-            c_off = chunk * chunk_count
-            return part.offset + off + c_off, max(0, min(chunk_count, rem - c_off))
 
-        def mod(r: int) -> int:
-            return r - n if r >= n else r
+def _ring_allreduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...], rank: int, index: int) -> list[Prim]:
+    n = len(ring)
+    prev, nxt = ring[-1], ring[1]
+    prims = []
 
+    def mod(r: int) -> int:
+        return r - n if r >= n else r
+
+    for at in _ring_allreduce_loops(plan, part, n):
         prims.append(Prim("send", *at(mod(index + n - 1)), send_to=(nxt,)))
         for j in range(2, n):
             prims.append(Prim("recvReduceSend", *at(mod(index + n - j)), recv_from=(prev,), send_to=(nxt,)))
@@ -373,11 +474,14 @@ def _ring_allreduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...], rank: 
         for j in range(1, n - 1):
             prims.append(Prim("recvCopySend", *at(mod(index + n - j)), recv_from=(prev,), send_to=(nxt,)))
         prims.append(Prim("recv", *at(mod(index + 1)), recv_from=(prev,)))
-        off += loop
     return prims
 
 
-def _chunks(part: ChannelPart):
+def _chunks(plan: Plan, part: ChannelPart):
+    """(offset, nelem) of each of the channel's chunks (ring collectives other than all_reduce, tree)."""
+    if plan.striped:
+        yield from _striped_chunks(plan, part)
+        return
     off = 0
     while off < part.count:
         yield part.offset + off, min(part.chunk_count, part.count - off)
@@ -388,7 +492,7 @@ def _ring_allgather(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> lis
     n, count = len(ring), plan.call.count
     prev, nxt = ring[-1], ring[1]
     prims = []
-    for data, nelem in _chunks(part):
+    for data, nelem in _chunks(plan, part):
         prims.append(Prim("copySend", data + ring[0] * count, nelem, send_to=(nxt,)))
         for j in range(1, n - 1):
             prims.append(Prim("recvCopySend", data + ring[n - j] * count, nelem, recv_from=(prev,), send_to=(nxt,)))
@@ -400,7 +504,7 @@ def _ring_reducescatter(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) ->
     n, count = len(ring), plan.call.count
     prev, nxt = ring[-1], ring[1]
     prims = []
-    for data, nelem in _chunks(part):
+    for data, nelem in _chunks(plan, part):
         prims.append(Prim("send", data + ring[n - 1] * count, nelem, send_to=(nxt,)))
         for j in range(2, n):
             prims.append(Prim("recvReduceSend", data + ring[n - j] * count, nelem, recv_from=(prev,), send_to=(nxt,)))
@@ -411,7 +515,7 @@ def _ring_reducescatter(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) ->
 def _ring_broadcast(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> list[Prim]:
     root, rank, nxt, prev = plan.call.root, ring[0], ring[1], ring[-1]
     prims = []
-    for off, nelem in _chunks(part):
+    for off, nelem in _chunks(plan, part):
         if rank == root:
             prims.append(Prim("copySend", off, nelem, send_to=(nxt,)))
         elif nxt == root:
@@ -424,7 +528,7 @@ def _ring_broadcast(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> lis
 def _ring_reduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> list[Prim]:
     root, rank, nxt, prev = plan.call.root, ring[0], ring[1], ring[-1]
     prims = []
-    for off, nelem in _chunks(part):
+    for off, nelem in _chunks(plan, part):
         if prev == root:
             prims.append(Prim("send", off, nelem, send_to=(nxt,)))
         elif rank == root:
@@ -434,11 +538,11 @@ def _ring_reduce(plan: Plan, part: ChannelPart, ring: tuple[int, ...]) -> list[P
     return prims
 
 
-def _tree_allreduce(part: ChannelPart, up: int, down: tuple[int, ...]) -> tuple[Stream, ...]:
+def _tree_allreduce(plan: Plan, part: ChannelPart, up: int, down: tuple[int, ...]) -> tuple[Stream, ...]:
     """runTreeSplit (SM80+): the root reduces and broadcasts in one pass; other ranks run an
     up group (reduce towards the root) and a down group (broadcast from it) concurrently."""
     children = tuple(d for d in down if d >= 0)
-    chunks = list(_chunks(part))
+    chunks = list(_chunks(plan, part))
     if up < 0:
         if not children:
             return (Stream("root", tuple(Prim("copy", o, n) for o, n in chunks)),)
@@ -482,32 +586,46 @@ def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, heads: tuple[int, 
     return tuple(streams)
 
 
-def _nvls_collnet_allreduce(plan: Plan, part: ChannelPart, rank: int, per_node: int,
+def _nvls_striped_allreduce(plan: Plan, part: ChannelPart, rank: int, per_node: int,
                             heads_local: tuple[int, ...]) -> tuple[Stream, ...]:
-    """NVLS across nodes (all_reduce.h, CollNet-scheduled): every rank scatters chunk h of a loop of
-    channels x heads chunks into its node's multicast buffer; head h reduces it through the switch and
-    sends it to the CollNet switch, receives the sum over all nodes and multicasts it; every rank
-    gathers chunk h."""
-    n_heads, chunk, count = len(heads_local), part.chunk_count, part.count
-    loop = plan.n_channels * n_heads * chunk
+    """NVLS all_reduce striped over the channels (all_reduce.h: across nodes in every release,
+    within a node before 2.20): every rank scatters chunk h of a loop of channels x heads chunks
+    into its node's multicast buffer and gathers chunk h back; head h reduces it through the
+    switch and multicasts it (one node), or sends it to the CollNet switch, receives the sum over
+    all nodes and multicasts that."""
+    n_heads = len(heads_local)
     local = rank % per_node
     head = heads_local.index(local) if local in heads_local else -1
-    scatter, gather, reduce, bcast = [], [], [], []
-    grid = 0
-    while grid < count:
-        offset = grid + part.channel * n_heads * chunk
-        pieces = [(offset + h * chunk, max(0, min(chunk, count - offset - h * chunk))) for h in range(n_heads)]
-        scatter += [Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces]
-        gather += [Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces]
-        if head >= 0:
-            o, n = pieces[head]
+    across = plan.call.nranks > per_node
+    key = (part.count, part.chunk_count, n_heads, part.channel, plan.n_channels)
+    rounds = _nvls_striped_rounds(*key)
+    reduce, bcast = [], []
+    for pieces in rounds if head >= 0 else ():
+        o, n = pieces[head]
+        if across:
             reduce.append(Prim("nvlsReduceSend", o, n, recv_from=(NVLS_SWITCH,), send_to=(COLLNET_SWITCH,)))
             bcast.append(Prim("nvlsRecvMulticast", o, n, recv_from=(COLLNET_SWITCH,), send_to=(NVLS_SWITCH,)))
-        grid += loop
-    streams = [Stream("scatter", tuple(scatter)), Stream("gather", tuple(gather))]
-    if head >= 0:
-        streams += [Stream("reduce", tuple(reduce)), Stream("bcast", tuple(bcast))]
+        else:
+            reduce.append(Prim("nvlsReduceMulticast", o, n, recv_from=(NVLS_SWITCH,), send_to=(NVLS_SWITCH,)))
+    streams = list(_nvls_scatter_gather(_nvls_striped_rounds, key))
+    if reduce:
+        streams.append(Stream("reduce", tuple(reduce)))
+    if bcast:
+        streams.append(Stream("bcast", tuple(bcast)))
     return tuple(streams)
+
+
+@lru_cache(maxsize=256)
+def _nvls_striped_rounds(count: int, chunk: int, n_heads: int, bid: int, n_channels: int
+                         ) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """(offset, count) of each head's piece, loop by loop, for channel `bid` of a striped NVLS
+    plan: a loop covers n_channels x n_heads chunks, channel bid's from bid x n_heads x chunk."""
+    rounds = []
+    for grid in range(0, count, n_channels * n_heads * chunk):
+        offset = grid + bid * n_heads * chunk
+        rounds.append(tuple((offset + h * chunk, max(0, min(chunk, count - offset - h * chunk)))
+                            for h in range(n_heads)))
+    return tuple(rounds)
 
 
 def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int, up: int,
@@ -518,10 +636,13 @@ def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int,
     its node and back down, and every other head receives it from above, multicasts it into its
     node and passes it down (the broadcast stream)."""
     chunk = part.chunk_count
-    loop = n_heads * chunk
-    rem = part.count % loop
-    last_chunk = _align_up(_div_up(rem, n_heads), _last_chunk_align(plan, 16))
-    rounds = _nvls_tree_rounds(part.offset, part.count, chunk, last_chunk, n_heads)
+    if plan.striped:
+        rounds_of, key = _nvls_striped_rounds, (part.count, chunk, n_heads, part.channel, plan.n_channels)
+    else:
+        rem = part.count % (n_heads * chunk)
+        last_chunk = _align_up(_div_up(rem, n_heads), _last_chunk_align(plan, 16))
+        rounds_of, key = _nvls_tree_rounds, (part.offset, part.count, chunk, last_chunk, n_heads)
+    rounds = rounds_of(*key)
     reduce, bcast = [], []
     for pieces in rounds if head >= 0 else ():
         o, n = pieces[head]
@@ -531,7 +652,7 @@ def _nvls_tree_allreduce(plan: Plan, part: ChannelPart, head: int, n_heads: int,
         else:
             reduce.append(Prim("nvlsReduceSend", o, n, recv_from=(NVLS_SWITCH,) + children, send_to=(up,)))
             bcast.append(Prim("nvlsRecvMulticast", o, n, recv_from=(up,), send_to=(NVLS_SWITCH,) + children))
-    streams = list(_nvls_tree_scatter_gather(part.offset, part.count, chunk, last_chunk, n_heads))
+    streams = list(_nvls_scatter_gather(rounds_of, key))
     if reduce:
         streams.append(Stream("reduce", tuple(reduce)))
     if bcast:
@@ -554,11 +675,10 @@ def _nvls_tree_rounds(offset: int, count: int, chunk: int, last_chunk: int, n_he
 
 
 @lru_cache(maxsize=256)
-def _nvls_tree_scatter_gather(offset: int, count: int, chunk: int, last_chunk: int, n_heads: int
-                              ) -> tuple[Stream, Stream]:
-    """Every rank's scatter and gather streams of one channel part: the same on every rank, so built
-    once."""
-    pieces = [p for r in _nvls_tree_rounds(offset, count, chunk, last_chunk, n_heads) for p in r]
+def _nvls_scatter_gather(rounds_of, key: tuple[int, ...]) -> tuple[Stream, Stream]:
+    """Every rank's scatter and gather streams of one channel, over the pieces `rounds_of(*key)`
+    gives: the same on every rank, so built once."""
+    pieces = [p for r in rounds_of(*key) for p in r]
     return (Stream("scatter", tuple(Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces)),
             Stream("gather", tuple(Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces)))
 
@@ -616,14 +736,14 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             streams = (Stream("ring", tuple(builders[call.collective]())),)
         elif algorithm == "Tree" and call.collective == "all_reduce":
             up, down = trees[c][rank]
-            streams = _tree_allreduce(part, up, down)
+            streams = _tree_allreduce(plan, part, up, down)
+        elif algorithm == "NVLS" and call.collective == "all_reduce" and plan.striped \
+                and (nvls is not None or plan.nvls_heads == call.nranks):
+            streams = _nvls_striped_allreduce(plan, part, rank, *(nvls or (call.nranks, tuple(range(call.nranks)))))
         elif algorithm == "NVLS" and call.collective == "all_reduce" and plan.nvls_heads == call.nranks:
             streams = _nvls_allreduce(plan, part, rank, tuple(range(plan.nvls_heads)))
         elif algorithm == "NVLS" and call.collective == "all_reduce" and nvls is not None and nvls[0] == call.nranks:
             streams = _nvls_allreduce(plan, part, rank, nvls[1])  # one NVLS domain, fewer heads than GPUs
-        elif algorithm == "NVLS" and call.collective == "all_reduce" and nvls is not None \
-                and call.nranks > nvls[0]:
-            streams = _nvls_collnet_allreduce(plan, part, rank, *nvls)
         elif algorithm == "NVLS" and call.collective in ("all_gather", "reduce_scatter") and nvls is not None \
                 and call.nranks > nvls[0]:
             build = nvls_collnet_allgather if call.collective == "all_gather" else nvls_collnet_reducescatter

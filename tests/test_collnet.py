@@ -157,8 +157,9 @@ CHUNKS = Path(__file__).parent / "golden" / "nccl-chunk"
 
 
 class _NvlsBandwidth:
-    def __init__(self, bw_gbps):
+    def __init__(self, bw_gbps, minor):
         self.bw_gbps = bw_gbps
+        self.version = SimpleNamespace(minor=minor)
 
     def bw(self, func, algorithm, protocol):
         return self.bw_gbps
@@ -173,7 +174,7 @@ def test_chunk_sizes_match_nccls_calc_coll_chunking(name):
     assert len(rows) > 2000
     for algorithm, nch, nbytes, heads, per_node, buff, nvls_bw, nodes, chunk in rows:
         comm = SimpleNamespace(buff_nbytes=(512 * 1024, 4915200, int(buff)), nvls_chunk_nbytes=131072,
-                               n_nodes=int(nodes), table=_NvlsBandwidth(float(nvls_bw)), nvls_heads=int(heads),
+                               n_nodes=int(nodes), table=_NvlsBandwidth(float(nvls_bw), int(name.split('.')[1])), nvls_heads=int(heads),
                                collnet_direct_heads=int(heads), local_ranks=int(per_node),
                                nranks=int(nodes) * int(per_node), nvls_tree_max_chunk_nbytes=131072)
         c = call_for_size("all_reduce", 8, "float", "sum", 0, comm.nranks)

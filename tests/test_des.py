@@ -13,7 +13,8 @@ from nicksim.model.engine import coarse_plan, des_setup, simulate, simulate_sequ
 from nicksim.model.hwparams import with_overrides
 from nicksim.model.routes import Router
 from nicksim.params import read_params
-from nicksim.plan import plan_call
+from nicksim.choose import forced_choice
+from nicksim.plan import check_programs, plan_call, rank_programs
 from nicksim.trace import chrome_trace, format_link_report
 
 from conftest import need_validation, run_cli
@@ -506,6 +507,22 @@ def test_coarse_plan_grows_chunks_by_a_whole_factor():
     assert coarse_plan(plan, 10 ** 9) == (plan, 1)
 
 
+def test_coarse_striped_plans_still_deliver_every_byte():
+    # 2.18 gives every channel the whole count: the chunks a channel runs are counted over all
+    # channels' loops, and the grown chunks keep the kernels' striping.
+    job = load_job(JobSpec(system="dgx-h100", nodes=1, nccl_version="2.18"), read_params({}))
+    for coll, proto, size, per_loop in (("all_reduce", "LL", 3 * MiB, 15), ("all_gather", "LL128", 256 * MiB, 8),
+                                        ("reduce_scatter", "Simple", 1024 * MiB, 8)):
+        call = call_for_size(coll, size, "float", "sum", 0, 8)
+        plan = plan_call(job.comm, call, forced_choice(job.comm, call, "Ring", proto))
+        grown, factor = coarse_plan(plan, 2)
+        # 3 to 4 loops of 24 channels' chunks each: grown two-fold to at most 2 (not by the whole count's chunks).
+        assert plan.striped and factor == 2
+        programs = {r: rank_programs(grown, job.channels.rings, {}, r) for r in range(8)}
+        assert max(len(progs[0].streams[0].prims) for progs in programs.values()) <= 2 * per_loop
+        check_programs(call, programs)
+
+
 def test_ll_is_capped_per_rank_as_nccl_caps_it():
     # llMaxBws (tuning.cc 2.30.7): Hopper 141 GB/s on one node; across nodes the row goes by CPU vendor.
     job = job_of()
@@ -683,11 +700,12 @@ def test_nvls_tree_puts_the_trees_bytes_on_the_nics_and_the_multicast_cost_on_th
     assert 1.0 < real.link_nbytes[port] / ideal.link_nbytes[port] <= 1 / 0.85 + 1e-9
 
 
-@pytest.mark.parametrize("version, nodes", [("2.20", 1), ("2.21", 1), ("2.21", 2)])
-def test_2_20_and_2_21_plans_run_in_the_des(version, nodes):
-    # Their even split (addCBDCollToPlan) moves the same bytes as 2.22's partition over the same
-    # channels: at 1 GiB the two releases' runs are within a few percent, and NCCL's own formula
-    # agrees as it does for the later releases; at 1 MiB the plan runs to the end.
+@pytest.mark.parametrize("version, nodes", [("2.18", 1), ("2.19", 2), ("2.20", 1), ("2.21", 1), ("2.21", 2)])
+def test_2_18_to_2_21_plans_run_in_the_des(version, nodes):
+    # Their striped loops (2.18-2.19) and even split (2.20-2.21, addCBDCollToPlan) move the same
+    # bytes as 2.22's partition over the same channels: at 1 GiB the releases' runs are within a
+    # few percent, and NCCL's own formula agrees as it does for the later releases; at 1 MiB the
+    # plan runs to the end.
     runs, jobs = {}, {}
     for v in (version, "2.22"):
         job = jobs[v] = load_job(JobSpec(system="dgx-h100", nodes=nodes, nccl_version=v), read_params({}))
@@ -701,4 +719,4 @@ def test_2_20_and_2_21_plans_run_in_the_des(version, nodes):
     small = call_for_size("all_reduce", MiB, "float", "sum", 0, job.nranks)
     run = simulate(des_setup(job), small)
     assert run.hang is None and run.time_us > 0
-    assert sum(p.count for p in run.plan.parts) == small.count
+    assert sum(p.count for p in run.plan.parts) == small.count * (run.plan.n_channels if run.plan.striped else 1)

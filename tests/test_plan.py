@@ -1,6 +1,6 @@
-"""Plans: enqueue.cc's channel partition and chunk sizes (2.20.5, 2.21.5, 2.22.3, 2.30.7), the
-device primitive programs (src/device/*.h, 2.30.7), and the symbolic check that every output byte
-is produced exactly once."""
+"""Plans: enqueue.cc's channel partition and chunk sizes (2.18.5, 2.19.4, 2.20.5, 2.21.5, 2.22.3,
+2.30.7), the device primitive programs (src/device/*.h, 2.30.7; the striped loops of 2.18.5 and
+2.19.4), and the symbolic check that every output byte is produced exactly once."""
 from __future__ import annotations
 
 import gzip
@@ -14,9 +14,9 @@ from nicksim.calls import call_for_size
 from nicksim.choose import Choice, forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.errors import UsageError
-from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, _chunk_nbytes, check_programs, plan_call,
-                          proto_grain_nbytes, rank_programs)
+from nicksim.calls import Call
+from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, _chunk_nbytes, _nvls_tree_allreduce, check_programs,
+                          plan_call, proto_grain_nbytes, rank_programs)
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
@@ -57,7 +57,8 @@ def check_ring_plans(job):
             for proto in ("LL", "LL128", "Simple"):
                 call = call_for_size(coll, size, "float", "sum", job.nranks - 1, job.nranks)
                 plan = forced(job, call, "Ring", proto)
-                assert sum(p.count for p in plan.parts) == call.count
+                # A striped plan (2.18-2.19) gives every channel the whole count.
+                assert sum(p.count for p in plan.parts) == call.count * (plan.n_channels if plan.striped else 1)
                 check_programs(call, all_programs(job, plan))
 
 
@@ -179,13 +180,90 @@ def test_nvls_chunks_shrink_for_small_messages(jobs):
     assert sizes == {1 << 16: 16384, 1 << 20: 16384, 1 << 23: 32768, 1 << 30: 131072}
 
 
-def test_plans_are_refused_before_2_20():
-    # 2.18-2.19 kernels stripe each loop of chunks over the channels (all_reduce.h runRing, v2.18.5).
-    for version in ("2.18", "2.19"):
-        job = job_of(version=version)
-        call = call_for_size("all_reduce", 1024, "float", "sum", 0, job.nranks)
-        with pytest.raises(UsageError, match="2.20 or later"):
-            plan_call(job.comm, call)
+def _nelems(programs, rank, channel, stream=0):
+    return [p.nelem for p in programs[rank][channel].streams[stream].prims]
+
+
+def test_2_18_ring_chunks_by_hand():
+    # all_reduce.h runRing (v2.18.5), 8 ranks, 2 channels, each channel given the whole count.
+    job = job_of(version="2.18")
+    # Simple, 544 threads: 1000 floats share 2 x 8 ways as 63, rounded up to (544 - 32) x 8 B = 1024
+    # floats, so channel 0's chunk 0 carries everything and every other step moves nothing.
+    call = Call("all_reduce", 1000, "float", "sum", -1, 8)
+    plan = plan_call(job.comm, call, Choice("Ring", "Simple", 2, 544, 0.0))
+    assert plan.striped and [p.count for p in plan.parts] == [1000, 1000]
+    programs = all_programs(job, plan)
+    # Rank 0 owns chunk 0: its eighth step (recvReduceCopySend) finishes all 1000 floats.
+    assert _nelems(programs, 0, 0) == [0] * 7 + [1000] + [0] * 7
+    assert _nelems(programs, 0, 1) == [0] * 15
+    # LL, 512 threads: 100,000 floats in whole minimum chunks of 512 x 2 floats: ceil(100,000 / (2 x 8
+    # x 1024)) x 1024 = 7,168; chunk c of channel b starts at (2c + b) x 7,168 (calcOffset). On
+    # channel 1 rank 0 finishes chunk 0 at 7,168; its first send, chunk 7 at 15 x 7,168, lies past
+    # the end and moves nothing.
+    call = Call("all_reduce", 100000, "float", "sum", -1, 8)
+    plan = plan_call(job.comm, call, Choice("Ring", "LL", 2, 512, 0.0))
+    prims = all_programs(job, plan)[0][1].streams[0].prims
+    assert [(p.op, p.offset, p.nelem) for p in (prims[0], prims[7])] == [("send", 15 * 7168, 0),
+                                                                       ("recvReduceCopySend", 7168, 7168)]
+    check_programs(call, all_programs(job, plan))
+
+
+STRIPED = Path(__file__).parent / "golden" / "nccl-chunk"
+
+
+def _striped_text(minor, row):
+    """Our plan for one row of VERSION.striped.txt.gz, in the form the harness hashed: per channel
+    of rank 1, each thread group's (offset, nelem) calls; all_gather and broadcast in bytes (the
+    kernels run them on int8); the reduce and broadcast groups' offsets as -1 (2.18's recvSend
+    takes a count only)."""
+    algo, proto, coll, elem, per_node, nodes, nch, nt, count, bw = row[:10]
+    elem, per_node, nodes, nch, nt, count = int(elem), int(per_node), int(nodes), int(nch), int(nt), int(count)
+    nranks = per_node * nodes
+    # NVLSTree starts from a Simple step; 2.19 caps it at 64 KiB from 4 nodes (enqueue.cc computeColl).
+    tree_max = 65536 if nodes >= 4 and minor >= 19 else (4 << 20) // 8
+    table = SimpleNamespace(bw=lambda *_: float(bw), version=SimpleNamespace(minor=minor))
+    comm = SimpleNamespace(buff_nbytes=(512 * 1024, 4915200, 4 << 20), nvls_chunk_nbytes=131072, n_nodes=nodes,
+                           table=table, nvls_heads=per_node, nranks=nranks, nvls_tree_max_chunk_nbytes=tree_max,
+                           nvls_channels=nch, n_channels=nch, collnet_direct_heads=0, local_ranks=per_node)
+    dtype = {2: "half", 4: "float", 8: "double"}[elem]
+    call = Call(coll, count, dtype, "none" if coll in ("all_gather", "broadcast") else "sum",
+                0 if coll in ("broadcast", "reduce") else -1, nranks)
+    plan = plan_call(comm, call, Choice(algo, proto, nch, nt, 0.0))
+    if algo == "NVLSTree":  # the harness's rank 1 has a parent node, and a child from 3 nodes
+        children = (2 * per_node + 1,) if nodes > 2 else ()
+        streams = [_nvls_tree_allreduce(plan, part, 1, per_node, 0, children) for part in plan.parts]
+    else:
+        trees = {c: {1: (0, (2, -1, -1))} for c in range(nch)}
+        streams = [prog.streams for prog in rank_programs(plan, (tuple(range(nranks)),), trees, 1,
+                                                          (per_node, tuple(range(per_node))))]
+    scale = elem if coll in ("all_gather", "broadcast") else 1
+    text = []
+    for channel in streams:
+        text.append("b")
+        for stream in channel:
+            blind = stream.name in ("reduce", "bcast", "broadcast")
+            text.append("|" + "".join(f"{-1 if blind else p.offset * scale},{p.nelem * scale};" for p in stream.prims))
+    return "".join(text)
+
+
+def _fnv1a64(text: str) -> str:
+    h = 1469598103934665603
+    for byte in text.encode():
+        h = ((h ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+@pytest.mark.parametrize("name", ["2.18.5.striped.txt.gz", "2.19.4.striped.txt.gz"])
+def test_2_18_and_2_19_plans_match_nccls_own_kernel_loops(name):
+    """Every channel's primitive calls as NCCL's own computeColl and kernel loops make them, run
+    on the host (tests/golden/nccl-chunk/README.md): ring all_reduce, all_gather, reduce_scatter,
+    broadcast and reduce in LL, LL128 and Simple, tree all_reduce split up and down, NVLS within
+    and across nodes, NVLSTree."""
+    minor = int(name.split(".")[1])
+    rows = [row.split() for row in gzip.decompress((STRIPED / name).read_bytes()).decode().split("\n") if row]
+    assert len(rows) == 7830
+    wrong = [" ".join(row[:10]) for row in rows if _fnv1a64(_striped_text(minor, row)) != row[-1]]
+    assert not wrong, f"{len(wrong)} cases differ, first: {wrong[0]}"
 
 
 def test_2_21_splits_the_bytes_evenly_in_whole_alignment_units():
@@ -218,8 +296,8 @@ def test_2_21_last_ring_chunk_is_a_whole_simple_alignment_unit():
     assert sizes["2.21"] % 1024 == 0 and sizes["2.22"] % 1024 != 0
 
 
-@pytest.mark.parametrize("version", ["2.20", "2.21"])
-def test_2_20_and_2_21_plans_conserve_bytes(version):
+@pytest.mark.parametrize("version", ["2.18", "2.19", "2.20", "2.21"])
+def test_2_18_to_2_21_plans_conserve_bytes(version):
     jobs = {"h100": job_of(version=version), "h100x2": job_of(nodes=2, version=version),
             "a100": job_of("dgx-a100", version=version), "h100x3gpu": job_of(gpus_per_node=3, version=version)}
     for job in jobs.values():

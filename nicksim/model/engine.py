@@ -34,7 +34,7 @@ from ..calls import Call
 from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
-from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan, collnet_scheduled,
+from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan,
                     plan_call, rank_programs)
 from ..plan_p2p import p2p_programs, p2p_stream_chunks
 from ..tuning import ll_max_bw_gbps, net_overhead_us
@@ -200,10 +200,10 @@ def default_params(job) -> DesParams:
                       ll_max_bw_gbps(tables, job.comm.inputs), float(net_latency_us))
 
 
-def coarse_plan(plan: Plan, max_chunks: int, nodes: int = 1) -> tuple[Plan, int]:
+def coarse_plan(plan: Plan, max_chunks: int) -> tuple[Plan, int]:
     """`plan` with its chunks grown by one whole factor so that no channel runs more than
     `max_chunks` of them, and that factor (1 when the plan is small enough)."""
-    stride = plan.n_channels if collnet_scheduled(plan.algorithm, nodes) else 1
+    stride = plan.n_channels if plan.striped else 1
     most = max((-(-part.count // (part.chunk_count * stride)) for part in plan.parts if part.chunk_count), default=0)
     factor = max(1, -(-most // max_chunks))
     if factor == 1:
@@ -820,7 +820,7 @@ def _call_plan(job, call: Call, max_chunks: int, plan: Plan | None = None
         plan, programs, factor = _p2p_plan(job, call, max_chunks)
         return plan, plan, factor, programs
     plan = plan or plan_call(job.comm, call)
-    run_plan, factor = coarse_plan(plan, max_chunks, job.nodes)
+    run_plan, factor = coarse_plan(plan, max_chunks)
     return plan, run_plan, factor, None
 
 
