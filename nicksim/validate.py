@@ -280,16 +280,28 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+GEOMEAN_FLOOR_PCT = 0.01  # an exact match would zero a geometric mean; count it as 0.01%
+
+
+def _geomean(values: list[float]) -> float | None:
+    return statistics.geometric_mean([max(v, GEOMEAN_FLOOR_PCT) for v in values]) if values else None
+
+
 def summary(results: list[CaseResult]) -> dict:
     """Overall figures: the median absolute error of every scored size of every case that ran,
-    at >= 256 MiB alone, and the cases that meet the targets (<= 10% and <= 5% at >= 256 MiB)."""
+    at >= 256 MiB alone, and the cases that meet the targets (<= 10% and <= 5% at >= 256 MiB);
+    also the geometric and arithmetic means of |error|, the figures other simulators publish
+    (ASTRA-sim a geomean over its sizes, SimAI an average alignment)."""
     ran = [r for r in results if r.error is None and r.points]
     scored = [e for r in ran for e in r.scored()]
+    every = [abs(p.error_pct) for r in ran for p in r.points]
     large = [e for r in ran for e in r.scored_large()]
     meeting = [r.case.name for r in ran if _meets(r)]
     expected = [p.expected_ok for r in ran for p in r.points if p.expected is not None]
     return {"cases": len(results), "ran": len(ran), "points": len(scored),
             "median_pct": _median(scored), "median_ge256m_pct": _median(large),
+            "geomean_pct": _geomean(scored), "geomean_every_size_pct": _geomean(every),
+            "mean_pct": statistics.fmean(scored) if scored else None,
             "worst_pct": max(scored) if scored else None, "meeting_targets": meeting,
             "expected_choices": len(expected), "expected_matched": sum(1 for ok in expected if ok)}
 
@@ -353,7 +365,9 @@ def format_report(results: list[CaseResult], engine: str, unexpressed: list[str]
     lines += ["", f"# overall: {s['ran']} of {s['cases']} cases ran, {s['points']} sizes >= 1 MiB: median |error| "
               f"{_pct(s['median_pct'], 0)}%, at >= 256 MiB {_pct(s['median_ge256m_pct'], 0)}%, worst "
               f"{_pct(s['worst_pct'], 0)}%; targets (median <= 10%, <= 5% at >= 256 MiB) met by "
-              f"{len(s['meeting_targets'])} of {s['ran']}"]
+              f"{len(s['meeting_targets'])} of {s['ran']}",
+              f"# means of |error|: geometric {_pct(s['geomean_pct'], 0)}% over sizes >= 1 MiB "
+              f"({_pct(s['geomean_every_size_pct'], 0)}% over every size), arithmetic {_pct(s['mean_pct'], 0)}%"]
     if s["expected_choices"]:
         lines.append(f"# NCCL's known choices matched: {s['expected_matched']} of {s['expected_choices']}")
     for name in unexpressed:
@@ -382,6 +396,8 @@ def report_json(results: list[CaseResult], engine: str) -> dict:
             entry.update(nranks=r.nranks, median_pct=_median(r.scored()), bias_pct=r.bias(),
                          worst_pct=max(r.scored(), default=None),
                          median_ge256m_pct=_median(r.scored_large()), meets_targets=_meets(r),
+                         geomean_pct=_geomean(r.scored()),
+                         geomean_every_size_pct=_geomean([abs(p.error_pct) for p in r.points]),
                          bands={b: _median(r.scored(b)) for b, _, _ in BANDS},
                          points=[{"nbytes": p.nbytes, "measured_busbw_gbps": p.measured_busbw_gbps,
                                   "predicted_busbw_gbps": round(p.predicted_busbw_gbps, 4),

@@ -55,6 +55,12 @@ def test_errors_are_predicted_over_measured_and_banded(tmp_path):
     assert len(result.scored()) == 6  # 1M .. 1G count for the targets (>= 1 MiB)
     s = summary([result])
     assert s["median_pct"] == pytest.approx(25.0, abs=0.2) and s["meeting_targets"] == []
+    # With a second case 56.25% off, the geometric mean of |error| is sqrt(25 x 56.25) = 37.5%,
+    # the arithmetic mean (and here the median) 40.6%.
+    other = run_case(load_case(write_case(tmp_path, model_output(tmp_path, scale=1.5625).name)), "model")
+    s = summary([result, other])
+    assert s["geomean_pct"] == pytest.approx(37.5, abs=0.3) and s["mean_pct"] == pytest.approx(40.6, abs=0.3)
+    assert s["geomean_every_size_pct"] == pytest.approx(37.5, abs=0.3)
 
 
 def test_known_choices_are_checked(tmp_path):
