@@ -135,7 +135,7 @@ def _chunk_nbytes(comm: CommState, call: Call, choice: Choice, nbytes: int, n_ch
     elif algorithm == "Tree" and protocol == "LL128":
         ppn = comm.nranks / comm.n_nodes
         steps = 1 + _log2i(comm.n_nodes) + 0.1 * ppn
-        # 2.18-2.19 halve the whole LL128 step and keep its data (15/16) afterwards; 2.20 on halve the data.
+        # 2.18-2.19 halve the whole LL128 step and keep its data (15/16) afterwards; later releases halve the data.
         raw = step if minor < 20 else chunk
         while nbytes // (n_channels * raw) < steps * 64 / ppn and raw > 131072:
             raw //= 2

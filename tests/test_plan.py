@@ -10,15 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from nicksim.calls import call_for_size
+from nicksim.calls import Call, call_for_size
 from nicksim.choose import Choice, forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.calls import Call
 from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, _chunk_nbytes, _nvls_tree_allreduce, check_programs,
                           plan_call, proto_grain_nbytes, rank_programs)
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+CHUNK_INFO = Path(__file__).parent / "golden" / "nccl-chunk"
 
 
 def job_of(system="dgx-h100", nodes=1, version="2.30", env=None, **spec):
@@ -208,9 +208,6 @@ def test_2_18_ring_chunks_by_hand():
     check_programs(call, all_programs(job, plan))
 
 
-STRIPED = Path(__file__).parent / "golden" / "nccl-chunk"
-
-
 def _striped_text(minor, row):
     """Our plan for one row of VERSION.striped.txt.gz, in the form the harness hashed: per channel
     of rank 1, each thread group's (offset, nelem) calls; all_gather and broadcast in bytes (the
@@ -260,7 +257,7 @@ def test_2_18_and_2_19_plans_match_nccls_own_kernel_loops(name):
     broadcast and reduce in LL, LL128 and Simple, tree all_reduce split up and down, NVLS within
     and across nodes, NVLSTree."""
     minor = int(name.split(".")[1])
-    rows = [row.split() for row in gzip.decompress((STRIPED / name).read_bytes()).decode().split("\n") if row]
+    rows = [row.split() for row in gzip.decompress((CHUNK_INFO / name).read_bytes()).decode().split("\n") if row]
     assert len(rows) == 7830
     wrong = [" ".join(row[:10]) for row in rows if _fnv1a64(_striped_text(minor, row)) != row[-1]]
     assert not wrong, f"{len(wrong)} cases differ, first: {wrong[0]}"
@@ -313,9 +310,6 @@ def test_2_18_to_2_21_plans_conserve_bytes(version):
         check_programs(call, all_programs(jobs["h100"], forced(jobs["h100"], call, "NVLS", "Simple")))
         call = call_for_size("all_reduce", size, "float", "sum", 0, 16)
         check(jobs["h100x2"], call, all_programs(jobs["h100x2"], forced(jobs["h100x2"], call, "NVLSTree", "Simple")))
-
-
-CHUNK_INFO = Path(__file__).parent / "golden" / "nccl-chunk"
 
 
 @pytest.mark.parametrize("name", ["2.20.5.chunkinfo.txt.gz", "2.21.5.chunkinfo.txt.gz"])
