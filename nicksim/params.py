@@ -130,6 +130,8 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_PAT_ENABLE", 2, "int", "PAT algorithm for AllGather/ReduceScatter: 0 off, 1 on, 2 auto (1 GPU per node)", "2.23"),
     _k("NCCL_LL128_C2C", 1, "int", "LL128 by default up to PXN paths on SM90+ (0: only up to PXB)", "2.27"),
     _k("NCCL_THREAD_THRESHOLDS", None, "str", "Tree and Ring thread thresholds: 'LL LL128 Simple LL LL128 Simple'"),
+    _k("NICKSIM_COMM_ID", None, "str", "the real backend's bootstrap root, host:port (as NCCL_COMM_ID)"),
+    _k("NICKSIM_TIMEOUT", 60, "int", "seconds the real backend waits on a peer before it gives up"),
     _k("NCCL_NET_OVERHEAD", None, "int", "per-step network overhead in ns (tuning)"),
 )})
 

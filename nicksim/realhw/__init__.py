@@ -1,0 +1,9 @@
+"""The real backend: the same plans run by real processes.
+
+`launch` says where a process stands in a job (its rank, the world size, the root to bootstrap
+to) from the variables its launcher set; `bootstrap` joins the ranks over TCP and exchanges what
+each must know of the others; `agree` checks that every rank built the same plan. Transports and
+kernels build on these.
+"""
+
+__all__ = ["launch", "bootstrap", "agree"]

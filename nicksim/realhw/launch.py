@@ -1,0 +1,88 @@
+"""Where a real-backend process stands in its job, from the variables its launcher set.
+
+`rank_env(environ)` reads torchrun's, Open MPI's, an MPICH/PMI launcher's and Slurm's variables,
+in that order (the most specific first: mpirun inside a Slurm allocation still sees SLURM_*), and
+returns None where no launcher started the process (`nicksim run` then spawns its own ranks).
+`root_address(params, environ)` is the bootstrap root: NICKSIM_COMM_ID=host:port, as NCCL_COMM_ID,
+else torchrun's MASTER_ADDR and MASTER_PORT. A malformed value raises UsageError naming the variable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..errors import UsageError
+from ..params import Params
+
+__all__ = ["RankEnv", "LAUNCHERS", "rank_env", "root_address", "parse_host_port"]
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    """This process's rank among `size`, its rank among the ranks on its host, and the launcher
+    whose variables said so."""
+
+    rank: int
+    size: int
+    local_rank: int
+    launcher: str
+
+
+# (launcher, rank variable, size variable, local rank variable)
+LAUNCHERS = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+
+
+def _int_var(environ: Mapping[str, str], name: str, launcher: str) -> int:
+    text = environ[name].strip()
+    if not text.isdigit():
+        raise UsageError(f"{name}={environ[name]!r} is not a whole number", f"{launcher}'s environment",
+                         "0, 1, 2, ...")
+    return int(text)
+
+
+def rank_env(environ: Mapping[str, str]) -> RankEnv | None:
+    """The first launcher whose rank and size variables are both set, read and checked; None where
+    none is (a local rank left unset counts as the rank itself: every rank on one host)."""
+    for launcher, rank_var, size_var, local_var in LAUNCHERS:
+        if rank_var not in environ or size_var not in environ:
+            continue
+        rank, size = _int_var(environ, rank_var, launcher), _int_var(environ, size_var, launcher)
+        if size < 1 or rank >= size:
+            raise UsageError(f"{rank_var}={rank} with {size_var}={size}", f"{launcher}'s environment",
+                             f"a rank from 0 to {size_var} - 1, and {size_var} >= 1")
+        local = _int_var(environ, local_var, launcher) if local_var in environ else rank
+        if local > rank:
+            raise UsageError(f"{local_var}={local} is above {rank_var}={rank}", f"{launcher}'s environment",
+                             "a local rank no greater than the rank")
+        return RankEnv(rank, size, local, launcher)
+    return None
+
+
+def parse_host_port(text: str, where: str) -> tuple[str, int]:
+    """'host:port', '[v6 address]:port' -> (host, port)."""
+    host, sep, port = text.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"'{text}' is not host:port", where, "e.g. 10.0.0.1:29500 or [fe80::1]:29500")
+    return host, int(port)
+
+
+def root_address(params: Params, environ: Mapping[str, str]) -> tuple[str, int] | None:
+    """NICKSIM_COMM_ID, else MASTER_ADDR and MASTER_PORT (both needed), else None."""
+    comm_id = params.get("NICKSIM_COMM_ID")
+    if comm_id:
+        return parse_host_port(comm_id, "NICKSIM_COMM_ID")
+    addr, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
+    if addr and port:
+        return parse_host_port(f"{addr}:{port}" if ":" not in addr else f"[{addr}]:{port}",
+                               "MASTER_ADDR/MASTER_PORT")
+    if addr or port:
+        missing = "MASTER_PORT" if addr else "MASTER_ADDR"
+        raise UsageError(f"{missing} is not set", "MASTER_ADDR/MASTER_PORT", "both, or NICKSIM_COMM_ID=host:port")
+    return None
