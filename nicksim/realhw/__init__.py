@@ -2,8 +2,8 @@
 
 `launch` says where a process stands in a job (its rank, the world size, the root to bootstrap
 to) from the variables its launcher set; `bootstrap` joins the ranks over TCP and exchanges what
-each must know of the others; `agree` checks that every rank built the same plan. Transports and
-kernels build on these.
+each must know of the others; `agree` checks that every rank built the same plan; `kernels` is
+the arithmetic of NCCL's reductions on the CPU. Transports build on these.
 """
 
-__all__ = ["launch", "bootstrap", "agree"]
+__all__ = ["launch", "bootstrap", "agree", "kernels"]
