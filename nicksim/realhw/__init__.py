@@ -3,7 +3,8 @@
 `launch` says where a process stands in a job (its rank, the world size, the root to bootstrap
 to) from the variables its launcher set; `bootstrap` joins the ranks over TCP and exchanges what
 each must know of the others; `agree` checks that every rank built the same plan; `kernels` is
-the arithmetic of NCCL's reductions on the CPU. Transports build on these.
+the arithmetic of NCCL's reductions on the CPU; `shm` one direction of a connection through
+shared memory.
 """
 
-__all__ = ["launch", "bootstrap", "agree", "kernels"]
+__all__ = ["launch", "bootstrap", "agree", "kernels", "shm"]

@@ -1,0 +1,139 @@
+"""Shared-memory connections between real processes: order, credits, timeouts, nothing left behind."""
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nicksim.realhw.shm import NCCL_STEPS, ShmRing, ShmTimeoutError, segment_name
+
+STEP = 4096
+GUARD_S = 60
+
+
+def steps(seed: int, n: int):
+    """The test's traffic: n steps of 0 to STEP bytes, their contents from `seed`."""
+    rng = np.random.default_rng(seed)
+    for size in rng.integers(0, STEP + 1, n):
+        yield rng.integers(0, 256, size, dtype=np.uint8)
+
+
+def digest(parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little") + part.tobytes())
+    return h.hexdigest()
+
+
+# The receiving process: make the ring, take `n` steps (dropping the name once the first one shows the
+# sender is attached), print their digest; the sending process: attach, post the steps.
+RECEIVER = r"""
+import hashlib, sys
+from nicksim.realhw.shm import ShmRing
+name, step, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ring = ShmRing.create(name, step, "channel 0, rank 1 -> rank 0")
+print("ready", flush=True)
+h = hashlib.sha256()
+for i in range(n):
+    data = ring.recv(20)
+    h.update(len(data).to_bytes(8, "little") + data.tobytes())
+    del data
+    ring.release()
+    ring.unlink()
+print(h.hexdigest(), flush=True)
+ring.close()
+"""
+SENDER = r"""
+import sys, time
+import numpy as np
+from nicksim.realhw.shm import ShmRing
+sys.path.insert(0, sys.argv[5])
+from test_shm import steps
+name, step, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+ring = ShmRing.attach(name, step, "channel 0, rank 1 -> rank 0", 20)
+for part in steps(seed, n):
+    ring.send(part, 20)
+print("sent", flush=True)
+if len(sys.argv) > 6:
+    time.sleep(120)
+ring.close()
+"""
+
+
+def start(program: str, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", program, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def unique(tag: str) -> str:
+    return segment_name(f"test{os.getpid()}{tag}", 0, 1, 0)
+
+
+def test_steps_arrive_in_order_through_eight_slots_between_processes():
+    name, n = unique("order"), 600
+    receiver = start(RECEIVER, name, STEP, n)
+    assert receiver.stdout.readline().strip() == "ready"
+    sender = start(SENDER, name, STEP, n, 7, os.path.dirname(__file__))
+    out_r, _ = receiver.communicate(timeout=GUARD_S)
+    out_s, _ = sender.communicate(timeout=GUARD_S)
+    assert (receiver.returncode, sender.returncode) == (0, 0), (out_r, out_s)
+    assert out_r.split() == [digest(steps(7, n))]
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_a_full_ring_holds_the_sender_until_a_slot_is_released():
+    name = unique("full")
+    recv = ShmRing.create(name, 64, "channel 2, rank 3 -> rank 4")
+    send = ShmRing.attach(name, 64, "channel 2, rank 3 -> rank 4", 1)
+    recv.unlink()
+    for i in range(NCCL_STEPS):
+        send.send(np.full(8, i, np.uint8), 1)
+    with pytest.raises(ShmTimeoutError, match=r"channel 2, rank 3 -> rank 4: no free slot: the receiver took "
+                                              r"nothing for 0.2 s \(step 8\)"):
+        send.send(np.zeros(8, np.uint8), 0.2)
+    assert recv.recv(1).tolist() == [0] * 8
+    recv.release()
+    send.send(np.full(3, 9, np.uint8), 0.2)  # the released slot takes the ninth step
+    for i in range(1, NCCL_STEPS):
+        assert recv.recv(1).tolist() == [i] * 8
+        recv.release()
+    assert recv.recv(1).tolist() == [9, 9, 9]
+    recv.release()
+    send.close()
+    recv.close()
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_a_silent_sender_is_a_timeout_naming_the_connection():
+    ring = ShmRing.create(unique("silent"), 64, "channel 0, rank 1 -> rank 0")
+    with pytest.raises(ShmTimeoutError, match=r"shm: channel 0, rank 1 -> rank 0: nothing arrived from the sender "
+                                              r"for 0.2 s \(step 0\)"):
+        ring.recv(0.2)
+    ring.close()
+
+
+def test_a_receiver_that_never_made_its_segment_is_named():
+    with pytest.raises(ShmTimeoutError, match="segment nicksim-.* did not appear within 0.2 s"):
+        ShmRing.attach(unique("absent"), 64, "channel 0, rank 0 -> rank 1", 0.2)
+
+
+def test_a_killed_sender_leaves_a_timeout_and_no_segment():
+    name = unique("killed")
+    recv = ShmRing.create(name, STEP, "channel 0, rank 1 -> rank 0")
+    sender = start(SENDER, name, STEP, 3, 1, os.path.dirname(__file__), "stall")
+    assert sender.stdout.readline().strip() == "sent"
+    recv.unlink()  # both sides have it mapped: the name can go
+    for _ in range(3):
+        recv.recv(5)
+        recv.release()
+    sender.send_signal(signal.SIGKILL)
+    sender.wait(timeout=GUARD_S)
+    with pytest.raises(ShmTimeoutError, match="nothing arrived from the sender for 0.3 s"):
+        recv.recv(0.3)
+    recv.close()
+    assert not os.path.exists(f"/dev/shm/{name}")
