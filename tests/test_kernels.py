@@ -25,7 +25,7 @@ def test_min_and_max_follow_the_type():
     assert combine(arr("int8", [-1, 5]), arr("int8", [3, -7]), "max", "int8").tolist() == [3, 5]
     assert combine(arr("uint8", [255, 5]), arr("uint8", [3, 7]), "min", "uint8").tolist() == [3, 5]
     # fmaxf / fminf: a number wins over a NaN.
-    got = combine(arr("float32", [np.nan, 2.0]), arr("float32", [1.0, np.nan]), "max", "float32")
+    got = combine(arr("float", [np.nan, 2.0]), arr("float", [1.0, np.nan]), "max", "float")
     assert got.tolist() == [1.0, 2.0]
     got = combine(arr("bfloat16", [np.nan]), arr("bfloat16", [-3.0]), "min", "bfloat16")
     assert to_float(got).tolist() == [-3.0]
@@ -41,16 +41,16 @@ def test_bfloat16_rounds_to_nearest_even():
 
 
 def test_float_avg_multiplies_each_input_first():
-    # PreMulSum: float16(1/3) is 0.33325; 3 x 0.33325 = 1 - 2^-12, halfway to 1.0, rounds to 1.0;
+    # PreMulSum: half(1/3) is 0.33325; 3 x 0.33325 = 1 - 2^-12, halfway to 1.0, rounds to 1.0;
     # three such inputs sum to exactly 3.0. bfloat16(1/3) is 0.33398; 3 x that rounds to 1.0 too.
-    for dtype in ("float16", "bfloat16"):
+    for dtype in ("half", "bfloat16"):
         x = pre_op(arr(dtype, [3.0]), "avg", dtype, 3)
         total = combine(combine(x, x, "avg", dtype), x, "avg", dtype)
         value = to_float(total) if dtype == "bfloat16" else total
         assert value.tolist() == [3.0] and post_op(total, "avg", dtype, 3) is total
-    # float32: 1 and 2 averaged over two ranks is 0.5 + 1.0.
-    halves = [pre_op(arr("float32", [v]), "avg", "float32", 2) for v in (1.0, 2.0)]
-    assert combine(*halves, "avg", "float32").tolist() == [1.5]
+    # float: 1 and 2 averaged over two ranks is 0.5 + 1.0.
+    halves = [pre_op(arr("float", [v]), "avg", "float", 2) for v in (1.0, 2.0)]
+    assert combine(*halves, "avg", "float").tolist() == [1.5]
 
 
 def test_integer_avg_divides_the_sum_truncating_towards_zero():
@@ -64,9 +64,9 @@ def test_integer_avg_divides_the_sum_truncating_towards_zero():
 
 
 def test_other_operators_have_no_pre_or_post_step():
-    x = arr("float32", [2.5])
+    x = arr("float", [2.5])
     for op in ("sum", "prod", "max", "min"):
-        assert pre_op(x, op, "float32", 8) is x and post_op(x, op, "float32", 8) is x
+        assert pre_op(x, op, "float", 8) is x and post_op(x, op, "float", 8) is x
 
 
 def test_copy_keeps_the_bits():
@@ -75,7 +75,7 @@ def test_copy_keeps_the_bits():
     assert dst.tolist() == src.tolist()
 
 
-@pytest.mark.parametrize("dtype, op", [("float128", "sum"), ("float32", "median")])
+@pytest.mark.parametrize("dtype, op", [("float128", "sum"), ("float", "median")])
 def test_unknown_types_and_operators_are_refused(dtype, op):
     with pytest.raises(UsageError, match="valid:"):
         combine(np.zeros(1), np.zeros(1), op, dtype)

@@ -4,7 +4,7 @@
 to) from the variables its launcher set; `bootstrap` joins the ranks over TCP and exchanges what
 each must know of the others; `agree` checks that every rank built the same plan; `kernels` is
 the arithmetic of NCCL's reductions on the CPU; `shm` one direction of a connection through
-shared memory.
+shared memory; `execute` runs a rank's channel programs over its connections on real data.
 """
 
-__all__ = ["launch", "bootstrap", "agree", "kernels", "shm"]
+__all__ = ["launch", "bootstrap", "agree", "kernels", "shm", "execute"]

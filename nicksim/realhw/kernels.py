@@ -7,7 +7,7 @@ divided by nRanks at the end for integer types (SumPostDiv, C division: truncate
 So a rank applies `pre_op` to its own input where it enters a reduction, `combine` to add what it
 received, and `post_op` where the reduction's result is final (the primitives' postOp).
 
-Integer arithmetic wraps as the GPU's does. float16 rounds every operation to float16, as __hadd
+Integer arithmetic wraps as the GPU's does. half rounds every operation to float16, as __hadd
 does; bfloat16, which numpy lacks, is held as uint16 bit patterns and computed in float32, each
 result rounded to the nearest bfloat16, ties to even, as __hadd on __nv_bfloat16 does. Min and max
 of floating types prefer the number over a NaN (fminf / fmaxf).
@@ -20,10 +20,10 @@ from ..errors import UsageError
 
 __all__ = ["DTYPES", "OPS", "storage_dtype", "to_float", "from_float", "pre_op", "combine", "post_op", "copy_into"]
 
-# nccl-tests' type names -> numpy storage (bfloat16 as its bit pattern).
+# nccl-tests' type names (calls.DTYPES) -> numpy storage (bfloat16 as its bit pattern).
 DTYPES = {
     "int8": np.int8, "uint8": np.uint8, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
-    "uint64": np.uint64, "float16": np.float16, "bfloat16": np.uint16, "float32": np.float32, "float64": np.float64,
+    "uint64": np.uint64, "half": np.float16, "bfloat16": np.uint16, "float": np.float32, "double": np.float64,
 }
 OPS = ("sum", "prod", "max", "min", "avg")
 
@@ -42,7 +42,7 @@ def storage_dtype(dtype: str) -> type:
 
 
 def _is_float(dtype: str) -> bool:
-    return dtype in ("float16", "bfloat16", "float32", "float64")
+    return dtype in ("half", "bfloat16", "float", "double")
 
 
 def to_float(bits: np.ndarray) -> np.ndarray:

@@ -114,14 +114,21 @@ class ShmRing:
             time.sleep(_SPIN_S[min(polls // 256, len(_SPIN_S) - 1)])
             polls += 1
 
+    def can_send(self) -> bool:
+        """Whether a slot is free for the next step."""
+        return self._step - int(self._head[0]) < NCCL_STEPS
+
+    def can_recv(self) -> bool:
+        """Whether the next step has been posted."""
+        return int(self._tail[0]) > self._step
+
     def send(self, data: np.ndarray, timeout_s: float) -> None:
         """Post one step holding `data` (at most step_nbytes bytes; may be empty)."""
         payload = data.reshape(-1).view(np.uint8)
         if payload.size > self.step_nbytes:
             raise ValueError(f"a step of {payload.size} bytes in slots of {self.step_nbytes}")
         step = self._step
-        self._wait(lambda: step - int(self._head[0]) < NCCL_STEPS, "no free slot: the receiver took nothing",
-                   timeout_s)
+        self._wait(self.can_send, "no free slot: the receiver took nothing", timeout_s)
         slot = step % NCCL_STEPS
         self._data[slot * self.step_nbytes:slot * self.step_nbytes + payload.size] = payload
         self._sizes[slot] = payload.size
@@ -131,7 +138,7 @@ class ShmRing:
     def recv(self, timeout_s: float) -> np.ndarray:
         """The next step's bytes (a view into the slot: use it before `release`)."""
         step = self._step
-        self._wait(lambda: int(self._tail[0]) > step, "nothing arrived from the sender", timeout_s)
+        self._wait(self.can_recv, "nothing arrived from the sender", timeout_s)
         slot = step % NCCL_STEPS
         return self._data[slot * self.step_nbytes:slot * self.step_nbytes + int(self._sizes[slot])]
 

@@ -1,0 +1,186 @@
+"""One rank's part of a collective: its channel programs run over its connections on real data.
+
+`open_links(programs, rank, tag, step_nbytes, timeout_s, barrier)` sets up a shared-memory
+connection for every peer a rank's programs receive from or send to: each rank makes the
+segments it receives on, waits at `barrier` for every rank to have done so, maps the segments it
+sends on, waits again, and drops the names (nothing remains under /dev/shm).
+
+`run_programs(call, programs, rank, links, sendbuf, recvbuf, step_nbytes, timeout_s)` runs the
+primitives of plan.py's programs as the device code does (prims_simple.h): a primitive moves its
+elements in steps of at most a connection slot; a rank adds its own input to what it receives
+(the operator's pre-step on its input, kernels.py), writes the output where the primitive copies,
+and forwards what it sends. One thread runs every channel and stream of the rank in turn, each as
+far as its connections allow, as a GPU's CTAs would proceed side by side; a rank that can move
+nothing for `timeout_s` raises ExecuteError naming the stream and the peer it waits on.
+
+Element offsets are the call's element space (plan.py): all_gather's output and reduce_scatter's
+input are the concatenation of every rank's piece.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..calls import Call
+from ..errors import NickSimError, UsageError
+from ..plan import ChannelProgram, Prim
+from .kernels import combine, post_op, pre_op, storage_dtype
+from .shm import ShmRing, segment_name
+
+__all__ = ["ExecuteError", "open_links", "run_programs", "links_of"]
+
+_READS_INPUT = {"send", "copySend", "copy", "recvReduceSend", "recvReduceCopySend", "recvReduceCopy"}
+_WRITES_OUTPUT = {"copySend", "copy", "recvReduceCopySend", "recvReduceCopy", "recvCopySend", "recv"}
+_FINAL = {"copy", "recvReduceCopySend", "recvReduceCopy"}  # where a reduction's result is complete (postOp)
+_KNOWN = _READS_INPUT | _WRITES_OUTPUT | {"recvCopySend"}
+
+
+class ExecuteError(NickSimError):
+    """A rank could not run its part: a peer stopped moving, or a program it cannot run."""
+
+    kind = "execute"
+
+
+def links_of(programs: tuple[ChannelProgram, ...], rank: int) -> tuple[set, set]:
+    """The (channel, src, dst, conn) connections `rank` receives on and sends on."""
+    recv, send = set(), set()
+    for prog in programs:
+        for stream in prog.streams:
+            for prim in stream.prims:
+                recv |= {(prog.channel, src, rank, prim.conn) for src in prim.recv_from if src >= 0}
+                send |= {(prog.channel, rank, dst, prim.conn) for dst in prim.send_to if dst >= 0}
+    return recv, send
+
+
+def _label(key: tuple) -> str:
+    channel, src, dst, conn = key
+    return f"channel {channel}, rank {src} -> rank {dst}" + (f" (connection {conn})" if conn else "")
+
+
+def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_nbytes: int, timeout_s: float,
+               barrier) -> dict[tuple, ShmRing]:
+    """This rank's connections, each a ShmRing; `barrier()` returns once every rank has called it."""
+    recv_keys, send_keys = links_of(programs, rank)
+    links = {key: ShmRing.create(segment_name(tag, *key), step_nbytes, _label(key)) for key in sorted(recv_keys)}
+    barrier()
+    for key in sorted(send_keys):
+        links[key] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
+    barrier()
+    for key in recv_keys:
+        links[key].unlink()
+    return links
+
+
+@dataclass
+class _Stream:
+    """Where one stream stands: its channel, name, primitives, the one it is in and that one's step."""
+
+    channel: int
+    name: str
+    prims: tuple[Prim, ...]
+    index: int = 0
+    step: int = 0
+
+
+class _Buffers:
+    """The call's element space over a rank's send and receive buffers."""
+
+    def __init__(self, call: Call, rank: int, sendbuf: np.ndarray, recvbuf: np.ndarray):
+        self.sendbuf, self.recvbuf = sendbuf, recvbuf
+        own = rank * call.count
+        self.in_base = own if call.collective == "all_gather" else 0
+        self.out_base = own if call.collective == "reduce_scatter" else 0
+
+    def input(self, offset: int, n: int) -> np.ndarray:
+        return self.sendbuf[offset - self.in_base:offset - self.in_base + n]
+
+    def output(self, offset: int, n: int) -> np.ndarray:
+        return self.recvbuf[offset - self.out_base:offset - self.out_base + n]
+
+
+def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, links: dict[tuple, ShmRing],
+                 sendbuf: np.ndarray, recvbuf: np.ndarray, step_nbytes: int, timeout_s: float) -> None:
+    """Run `rank`'s programs for `call` to the end (see the module's docstring)."""
+    dtype = call.dtype
+    elem = np.dtype(storage_dtype(dtype)).itemsize
+    step_elems = max(1, step_nbytes // elem)
+    op = call.redop if call.redop != "none" else "sum"
+    reducing = call.redop != "none"
+    bufs = _Buffers(call, rank, sendbuf, recvbuf)
+    streams = [_Stream(prog.channel, s.name, s.prims) for prog in programs for s in prog.streams]
+    for stream in streams:
+        for prim in stream.prims:
+            if prim.op not in _KNOWN or any(p < 0 for p in prim.recv_from + prim.send_to):
+                raise UsageError(f"the real backend cannot run {prim.op} on channel {stream.channel} yet",
+                                 "plan", "ring and tree primitives between ranks")
+    idle_since = time.monotonic()
+    while True:
+        moved, active = False, False
+        for stream in streams:
+            while stream.index < len(stream.prims):
+                active = True
+                prim = stream.prims[stream.index]
+                recvs = [links[(stream.channel, src, rank, prim.conn)] for src in prim.recv_from]
+                sends = [links[(stream.channel, rank, dst, prim.conn)] for dst in prim.send_to]
+                if not all(r.can_recv() for r in recvs) or not all(s.can_send() for s in sends):
+                    break
+                _one_step(prim, stream.step, step_elems, recvs, sends, bufs, dtype, op, reducing, call.nranks,
+                          timeout_s)
+                moved = True
+                stream.step += 1
+                if stream.step >= max(1, -(-prim.nelem // step_elems)):
+                    stream.index, stream.step = stream.index + 1, 0
+        if not active:
+            return
+        if moved:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > timeout_s:
+            raise ExecuteError(_stuck(streams, rank, links, timeout_s), "run")
+        else:
+            time.sleep(1e-5)
+
+
+def _one_step(prim: Prim, step: int, step_elems: int, recvs: list[ShmRing], sends: list[ShmRing], bufs: _Buffers,
+              dtype: str, op: str, reducing: bool, nranks: int, timeout_s: float) -> None:
+    lo = min(prim.nelem, step * step_elems)
+    n = min(prim.nelem, lo + step_elems) - lo
+    offset = prim.offset + lo
+    storage = storage_dtype(dtype)
+    value = None
+    for ring in recvs:
+        got = ring.recv(timeout_s).view(storage)
+        if got.size != n:
+            raise ExecuteError(f"{ring.label}: a step of {got.size} elements where {prim.op} at {offset} expects {n} "
+                               "(the ranks run different plans)", "run")
+        value = got if value is None else combine(value, got, op, dtype)
+    if prim.op in _READS_INPUT and n:
+        own = bufs.input(offset, n)
+        if reducing:
+            own = pre_op(own, op, dtype, nranks)
+        value = own if value is None else combine(value, own, op, dtype)
+    if value is None or not n:
+        value = np.empty(0, storage)
+    if reducing and prim.op in _FINAL:
+        value = post_op(value, op, dtype, nranks)
+    if prim.op in _WRITES_OUTPUT and n:
+        bufs.output(offset, n)[:] = value
+    for ring in sends:
+        ring.send(value, timeout_s)
+    for ring in recvs:
+        ring.release()
+
+
+def _stuck(streams: list[_Stream], rank: int, links: dict[tuple, ShmRing], timeout_s: float) -> str:
+    for stream in streams:
+        if stream.index >= len(stream.prims):
+            continue
+        prim = stream.prims[stream.index]
+        waits = [f"rank {src} to send" for src in prim.recv_from
+                 if not links[(stream.channel, src, rank, prim.conn)].can_recv()]
+        waits += [f"rank {dst} to free a slot" for dst in prim.send_to
+                  if not links[(stream.channel, rank, dst, prim.conn)].can_send()]
+        return (f"rank {rank} moved nothing for {timeout_s:g} s: channel {stream.channel} {stream.name} stream, "
+                f"{prim.op} of {prim.nelem} elements at {prim.offset}, waiting for {' and '.join(waits)}")
+    return f"rank {rank} moved nothing for {timeout_s:g} s"

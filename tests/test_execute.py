@@ -1,0 +1,140 @@
+"""Plans run for real: every rank a thread, every connection shared memory, every byte checked."""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from nicksim.calls import Call
+from nicksim.choose import forced_choice
+from nicksim.job import JobSpec, load_job
+from nicksim.params import read_params
+from nicksim.plan import plan_call, rank_programs
+from nicksim.realhw.execute import ExecuteError, open_links, run_programs
+from nicksim.realhw.kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+def host_job(nranks: int):
+    """A PCIe host whose GPUs cannot reach each other (SHM between every pair): a CPU-only box."""
+    return load_job(JobSpec(system="pcie-8x-rtx4090", gpus_per_node=nranks, nccl_version="2.30"), read_params({}))
+
+
+def inputs(call: Call, rank: int) -> np.ndarray:
+    """Rank `rank`'s send buffer: small values, different on every rank."""
+    n = call.count * (call.nranks if call.collective == "reduce_scatter" else 1)
+    rng = np.random.default_rng(1000 + rank)
+    values = rng.integers(-4, 5, n)
+    if call.dtype == "bfloat16":
+        return from_float(values.astype(np.float32))
+    return values.astype(storage_dtype(call.dtype))
+
+
+def expected(call: Call, rank: int, sends: list[np.ndarray]) -> np.ndarray | None:
+    """What `rank`'s receive buffer must hold, reduced in rank order."""
+    if call.collective == "all_gather":
+        return np.concatenate(sends)
+    if call.collective == "broadcast":
+        return sends[call.root]
+    if call.collective == "reduce" and rank != call.root:
+        return None
+    total = pre_op(sends[0], call.redop, call.dtype, call.nranks)
+    for s in sends[1:]:
+        total = combine(total, pre_op(s, call.redop, call.dtype, call.nranks), call.redop, call.dtype)
+    total = post_op(total, call.redop, call.dtype, call.nranks)
+    if call.collective == "reduce_scatter":
+        return total[rank * call.count:(rank + 1) * call.count]
+    return total
+
+
+def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = None):
+    """Every rank in its own thread; `idle_rank` sets up its connections and then runs nothing."""
+    call = plan.call
+    trees = job.tree_links() if plan.algorithm == "Tree" else {}
+    programs = {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
+    sends = [inputs(call, r) for r in range(call.nranks)]
+    out_n = call.count * (call.nranks if call.collective == "all_gather" else 1)
+    recvs = [np.zeros(out_n, storage_dtype(call.dtype)) for _ in range(call.nranks)]
+    barrier = threading.Barrier(call.nranks)
+    errors = {}
+
+    def rank_main(r):
+        try:
+            links = open_links(programs[r], r, tag, plan.step_nbytes, timeout_s, barrier.wait)
+            try:
+                if r != idle_rank:
+                    run_programs(call, programs[r], r, links, sends[r], recvs[r], plan.step_nbytes, timeout_s)
+            finally:
+                for ring in links.values():
+                    ring.close()
+        except Exception as err:  # reported by the test, per rank
+            errors[r] = err
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(call.nranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return sends, recvs, errors
+
+
+def check(job, plan, tag):
+    sends, recvs, errors = run_all(job, plan, tag)
+    assert not errors, errors
+    call = plan.call
+    for r in range(call.nranks):
+        want = expected(call, r, sends)
+        if want is None:
+            continue
+        got, want = (to_float(recvs[r]), to_float(want)) if call.dtype == "bfloat16" else (recvs[r], want)
+        if call.redop == "avg" and call.dtype in ("half", "bfloat16", "float", "double"):
+            # The ring adds in ring order, the expectation in rank order: rounding may differ by an
+            # ulp of the inputs' size (|x| <= 4) per addition, as nccl-tests' own check allows.
+            ulp = 2.0 ** {"half": -10, "bfloat16": -7, "float": -23, "double": -52}[call.dtype]
+            np.testing.assert_allclose(got, want, rtol=0, atol=4 * ulp * call.nranks, err_msg=f"rank {r}")
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"rank {r}")
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"nicksim-{tag}")]
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+@pytest.mark.parametrize("protocol", ["LL", "LL128", "Simple"])
+def test_every_collective_on_the_ring_delivers_every_element(nranks, protocol):
+    job = host_job(nranks)
+    for collective in COLLECTIVES:
+        for count in (1, 1000, 65539, (1 << 20) + 3):
+            call = Call(collective, count, "int32", "sum" if collective in ("all_reduce", "reduce_scatter", "reduce")
+                        else "none", 1 if collective in ("broadcast", "reduce") else -1, nranks)
+            plan = plan_call(job.comm, call, forced_choice(job.comm, call, "Ring", protocol))
+            check(job, plan, f"t{os.getpid()}{nranks}{protocol}{collective}{count}")
+
+
+@pytest.mark.parametrize("dtype, op", [("int8", "sum"), ("uint8", "prod"), ("int64", "max"), ("uint32", "min"),
+                                       ("int32", "avg"), ("half", "avg"), ("bfloat16", "sum"), ("double", "prod"),
+                                       ("float", "min"), ("uint64", "sum")])
+def test_every_type_and_operator_through_all_reduce(dtype, op):
+    job = host_job(3)
+    call = Call("all_reduce", 12345, dtype, op, -1, 3)
+    check(job, plan_call(job.comm, call), f"t{os.getpid()}{dtype}{op}")
+
+
+def test_tree_all_reduce_runs_too():
+    job = host_job(4)
+    call = Call("all_reduce", 70001, "int64", "sum", -1, 4)
+    for protocol in ("LL", "Simple"):
+        check(job, plan_call(job.comm, call, forced_choice(job.comm, call, "Tree", protocol)),
+              f"t{os.getpid()}tree{protocol}")
+
+
+def test_a_rank_that_never_runs_is_named_by_the_others():
+    job = host_job(3)
+    call = Call("all_reduce", 1000, "int32", "sum", -1, 3)
+    _, _, errors = run_all(job, plan_call(job.comm, call), f"t{os.getpid()}idle", timeout_s=1, idle_rank=2)
+    assert set(errors) == {0, 1} and all(isinstance(e, ExecuteError) for e in errors.values())
+    # Rank 0 receives from rank 2 on the ring (its predecessor), so it waits for rank 2 by name.
+    assert "waiting for rank 2 to send" in errors[0].line()
+    assert errors[0].line().startswith("run: rank 0 moved nothing for 1 s: channel ")
