@@ -29,7 +29,7 @@ from .model.hwparams import LINK_KINDS, PARAM_NAMES, SET_NAMES
 from .params import Params, read_params
 from .paths import format_nccl_paths, format_paths
 from .perf import compare, format_comparison, measured_table, parse_size, perf_rows, sweep_sizes
-from .report import format_table, results_json
+from .report import format_row, format_table, results_json, table_footer, table_header
 from .constants.tuning_tables import PROTOCOLS
 from .connect import (format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels,
                       p2p_chunk_nbytes)
@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     search.set_defaults(run=_run_search)
     _add_perf_parser(sub)
+    _add_run_parser(sub)
     _add_sweep_parser(sub)
     _add_validate_parser(sub)
     _add_calibrate_parser(sub)
@@ -152,11 +153,9 @@ def _size(name: str):
     return parse
 
 
-def _add_perf_parser(sub) -> None:
-    perf = sub.add_parser("perf", help="an nccl-tests run (all_reduce_perf ...) answered by an engine")
-    perf.add_argument("collective", metavar="COLL", help=f"{', '.join(COLLECTIVES)} (or the _perf names)")
-    _add_system_options(perf, positional=False)
-    g = perf.add_argument_group("nccl-tests flags")
+def _add_nccl_tests_flags(parser, check_help: str):
+    """nccl-tests' own flags, with its defaults; the group, for a command's flags of its own."""
+    g = parser.add_argument_group("nccl-tests flags")
     g.add_argument("-b", "--minbytes", type=_size("-b"), default=8, help="smallest size (default 8)")
     g.add_argument("-e", "--maxbytes", type=_size("-e"), default=8 << 30, help="largest size (default 8G)")
     step = g.add_mutually_exclusive_group()
@@ -164,21 +163,44 @@ def _add_perf_parser(sub) -> None:
     step.add_argument("-i", "--stepbytes", type=_size("-i"), help="add this many bytes per step")
     g.add_argument("-n", "--iters", type=_int_at_least("-n", 1), default=20, help="timed iterations (default 20)")
     g.add_argument("-w", "--warmup_iters", type=_int_at_least("-w", 0), default=1, help="warm-up iterations")
-    g.add_argument("-c", "--check", type=_int_at_least("-c", 0), default=1,
-                   help="check results (the model moves no data: #wrong prints N/A)")
+    g.add_argument("-c", "--check", type=_int_at_least("-c", 0), default=1, help=check_help)
     g.add_argument("-d", "--datatype", default="float", help="data type (default float)")
     g.add_argument("-o", "--op", default="sum", help="reduction (default sum)")
     g.add_argument("-r", "--root", type=_int_at_least("-r", 0), default=0, help="root rank (default 0)")
     g.add_argument("-z", "--blocking", type=_int_at_least("-z", 0), default=0, help="blocking collectives")
     # nccl-tests' process-layout and reporting flags: accepted so a pasted command line runs; the ranks
-    # come from the system options, and the model has no iterations to average or graphs to capture.
+    # come from the system options or -np, and there are no graphs to capture.
     for flag, name, what in (("-t", "--nthreads", "threads per process"), ("-g", "--ngpus", "GPUs per thread"),
                              ("-a", "--average", "how ranks' times are combined"),
                              ("-m", "--agg_iters", "operations aggregated per iteration"),
                              ("-N", "--run_cycles", "run cycles"), ("-G", "--cudagraph", "CUDA graph launches"),
                              ("-C", "--report_cputime", "report CPU time"), ("-R", "--local_register", "registration")):
         g.add_argument(flag, name, type=_int_at_least(flag, 0), default=None, help=f"{what} (accepted; no effect)")
+    return g
+
+
+def _add_run_parser(sub) -> None:
+    run = sub.add_parser("run", help="the collective run for real by ranks on this host (shared memory), "
+                                     "reported as nccl-tests does")
+    run.add_argument("collective", metavar="COLL", help=f"{', '.join(COLLECTIVES)} (or the _perf names)")
+    run.add_argument("-np", dest="nranks", type=_int_at_least("-np", 1), default=None,
+                     help="ranks to start (without a launcher; under torchrun, mpirun or srun the launcher's)")
+    run.add_argument("--nccl-version", default=str(DEFAULT_VERSION.line), metavar="V",
+                     help=f"the NCCL release whose plans run (default {DEFAULT_VERSION.line})")
+    run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an NCCL_* / NICKSIM_* setting")
+    _add_nccl_tests_flags(run, "check every element (#wrong)")
+    run.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
+    run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    run.set_defaults(run=_run_real)
+
+
+def _add_perf_parser(sub) -> None:
+    perf = sub.add_parser("perf", help="an nccl-tests run (all_reduce_perf ...) answered by an engine")
+    perf.add_argument("collective", metavar="COLL", help=f"{', '.join(COLLECTIVES)} (or the _perf names)")
+    _add_system_options(perf, positional=False)
+    g = _add_nccl_tests_flags(perf, "check results (the model moves no data: #wrong prints N/A)")
     perf.add_argument("--engine", default="model", choices=ENGINES,
+
                       help="model: NCCL's time model; des: the discrete-event simulation of the fabric")
     perf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                       help=f"a DES parameter for this run ({', '.join(PARAM_NAMES)}) or the bandwidth of "
@@ -421,6 +443,55 @@ def _run_search(args, params: Params) -> int:
             Path(dump).write_text(graphs_xml(paths, graphs), encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write: {exc.strerror}", dump, "a writable file path") from None
+    return 0
+
+
+def _run_real(args, params: Params) -> int:
+    from .realhw.launch import rank_env, root_address
+    from .realhw.runner import HOST_SYSTEM, RunOptions, run_rank, spawn
+    collective = collective_name(args.collective)
+    dtype, redop = dtype_name(args.datatype), redop_name(args.op)
+    env = rank_env(os.environ)
+    if env is None:  # no launcher: start the ranks here, each of them joining as under one
+        if args.nranks is None:
+            raise UsageError("no launcher started this process and -np is not given", "nicksim run",
+                             "-np N, or run under torchrun, mpirun or srun")
+        argv = [a for a in sys.argv[1:]]
+        return spawn(argv, args.nranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
+    root = root_address(params, os.environ)
+    if root is None:
+        raise UsageError(f"rank {env.rank} of {env.size} ({env.launcher}) has no root to join", "nicksim run",
+                         "NICKSIM_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT")
+    if args.nranks is not None and args.nranks != env.size:
+        raise UsageError(f"-np {args.nranks} under {env.launcher}, which started {env.size} ranks", "-np",
+                         f"{env.size}, or leave -np out")
+    if env.size > 8:
+        raise UsageError(f"{env.size} ranks on one host", "nicksim run", "at most 8: the host is planned as "
+                         f"{HOST_SYSTEM}, whose eight GPUs join by shared memory")
+    sizes = tuple(sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes))
+    options = RunOptions(collective, sizes, dtype, redop, args.root, args.iters, args.warmup_iters, args.check,
+                         args.nccl_version)
+    step = f"{args.stepbytes}(bytes)" if args.stepbytes is not None else f"{args.stepfactor or 2}(factor)"
+
+    def joined():  # nccl-tests prints its header once every rank is up, then each row as it completes
+        print(f"# nicksim run {collective}: {env.size} ranks on this host (shared memory), NCCL {args.nccl_version} "
+              f"plans")
+        print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
+              f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
+        print("\n".join(table_header()), flush=True)
+
+    printed = []
+
+    def row_done(row):
+        print(format_row(row, index=len(printed)), flush=True)
+        printed.append(row)
+
+    rows = run_rank(env, root, options, params, joined, row_done)
+    if env.rank == 0:
+        print("\n".join(table_footer(collective, rows, threads=1)), flush=True)
+        if args.json:
+            run = {"engine": "real", "system": HOST_SYSTEM, "nranks": env.size, "nccl_version": args.nccl_version}
+            Path(args.json).write_text(json.dumps(results_json(collective, rows, run), indent=1) + "\n")
     return 0
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "format_number",
     "format_row",
     "format_table",
+    "table_header",
+    "table_footer",
     "average_busbw",
     "results_json",
     "read_results",
@@ -302,12 +304,24 @@ def format_table(collective: str, rows, *, version: str = NCCL_TESTS_LATEST, thr
     bandwidth` (average_busbw, %g), `#` and, from v2.16.7, `# Collective test concluded:
     <collective>_perf`. nccl-tests counts each wrong measurement once per thread of every
     process; `threads` is that number (processes x -t)."""
+    rows = list(rows)
+    return (table_header(version) + [format_row(row, version, index=i) for i, row in enumerate(rows)]
+            + table_footer(collective, rows, version=version, threads=threads))
+
+
+def table_header(version: str = NCCL_TESTS_LATEST) -> list[str]:
+    """The table's first four lines (format_table's), for a run that prints rows as they come."""
+    return _header(_version(version))
+
+
+def table_footer(collective: str, rows, *, version: str = NCCL_TESTS_LATEST, threads: int = 1) -> list[str]:
+    """The table's closing lines (format_table's) after `rows`."""
     name = collective_name(collective)
     v = _version(version)
     rows = list(rows)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise UsageError(f"{threads!r} threads", "threads", "an integer >= 1")
-    lines = _header(v) + [format_row(row, version, index=i) for i, row in enumerate(rows)]
+    lines = []
     errors = _wrong_measurements(rows) * threads
     avg = average_busbw(rows)
     lines.append(f"# {'Out of bounds values':<20} : {errors} {'FAILED' if errors else 'OK'}")

@@ -1,0 +1,127 @@
+"""`nicksim run`: real processes on this host, joined by shared memory, reported as nccl-tests does."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nicksim.calls import Call
+from nicksim.realhw.runner import count_wrong, expected_output, rank_input
+from nicksim.report import read_results
+from test_bootstrap import GUARD_S, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def nicksim(*args, env=None, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "nicksim", *args], cwd=REPO, env=env or dict(os.environ),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def segments() -> set[str]:
+    return {f for f in os.listdir("/dev/shm") if f.startswith("nicksim-")}
+
+
+@pytest.mark.parametrize("collective, nranks, extra", [
+    ("all_reduce", 3, ["-d", "int32", "-o", "max"]), ("all_gather", 2, []), ("reduce_scatter", 4, ["-d", "half"]),
+    ("broadcast", 3, ["-r", "2"]), ("reduce", 2, ["-d", "bfloat16", "-r", "1"]),
+])
+def test_run_prints_nccl_tests_table_and_every_element_is_right(collective, nranks, extra, tmp_path):
+    before = segments()
+    proc = nicksim("run", collective, "-np", str(nranks), "-b", "1K", "-e", "1M", "-f", "32", "-n", "2", "-w", "1",
+                   "-c", "1", "-J", str(tmp_path / "run.json"), *extra)
+    out, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 0, err
+    table = read_results(out, "run")[0]
+    assert [row.nbytes for row in table.rows] == [1024, 32768, 1048576] or collective in ("all_gather",
+                                                                                      "reduce_scatter")
+    assert all(row.out_of_place.nwrong == 0 and row.in_place.nwrong == 0 for row in table.rows)
+    assert "# Out of bounds values : 0 OK" in out
+    assert (tmp_path / "run.json").exists()
+    assert segments() == before
+
+
+def test_without_a_launcher_it_needs_np():
+    proc = nicksim("run", "all_reduce", env={k: v for k, v in os.environ.items()
+                                             if k not in ("RANK", "WORLD_SIZE", "NICKSIM_COMM_ID")})
+    _, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 2
+    assert err.strip() == ("nicksim: error: nicksim run: no launcher started this process and -np is not given "
+                           "(valid: -np N, or run under torchrun, mpirun or srun)")
+
+
+def launched(rank: int, size: int, port: int, *args, **env):
+    """A rank as torchrun would start it."""
+    environ = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
+                   NICKSIM_COMM_ID=f"127.0.0.1:{port}", **env)
+    return nicksim("run", "all_reduce", "-b", "1M", "-e", "1M", *args, env=environ)
+
+
+def test_ranks_with_different_nccl_proto_stop_with_the_same_line():
+    port = free_port()
+    procs = [launched(0, 2, port, NCCL_PROTO="Simple"), launched(1, 2, port, NCCL_PROTO="LL")]
+    errs = [p.communicate(timeout=GUARD_S)[1].strip().splitlines()[-1] for p in procs]
+    assert [p.returncode for p in procs] == [2, 2]
+    assert errs[0] == errs[1]
+    assert errs[0].startswith("nicksim: error: plan: rank 1 built another plan than rank 0:")
+    assert "protocol LL on rank 1, Simple on rank 0" in errs[0]
+
+
+def test_a_killed_rank_stops_the_others_within_the_timeout_and_leaves_no_segment():
+    before = segments()
+    port = free_port()
+    procs = [launched(r, 3, port, "-n", "100000", NICKSIM_TIMEOUT="3") for r in range(3)]
+    # Rank 0 prints its header once every rank has joined; then rank 2 dies mid-collective.
+    assert procs[0].stdout.readline().startswith("# nicksim run all_reduce: 3 ranks")
+    procs[2].send_signal(signal.SIGKILL)
+    errs = []
+    for p in procs[:2]:
+        _, err = p.communicate(timeout=GUARD_S)
+        assert p.returncode == 2, err
+        errs.append(err.strip())
+    dead = "rank 2 closed its connection (the process ended or was killed)"
+    assert errs == [f"nicksim: error: bootstrap: {dead}", f"nicksim: error: bootstrap: rank 1 stopped: {dead}"]
+    procs[2].wait(timeout=GUARD_S)
+    assert segments() == before
+
+
+def test_the_check_counts_wrong_elements():
+    call = Call("all_reduce", 1000, "int32", "sum", -1, 3)
+    sends = [rank_input(call, r) for r in range(3)]
+    want = expected_output(call, 0, sends)
+    got = want.copy()
+    assert count_wrong(call, got, want) == 0
+    got[[3, 500]] += 1
+    assert count_wrong(call, got, want) == 2
+    # A floating average may differ by its order of additions, not by more.
+    call = Call("all_reduce", 4, "half", "avg", -1, 3)
+    want = np.array([1.0, 2.0, -1.0, 0.5], np.float16)
+    assert count_wrong(call, want + np.float16(2 ** -10), want) == 0
+    assert count_wrong(call, want + np.float16(0.25), want) == 4
+
+
+def test_ctrl_c_stops_every_rank_and_leaves_nothing():
+    before = segments()
+    proc = nicksim("run", "all_reduce", "-np", "3", "-b", "1M", "-e", "1M", "-n", "100000",
+                   start_new_session=True)
+    assert proc.stdout.readline().startswith("# nicksim run all_reduce: 3 ranks")
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 130 and "nicksim: interrupted" in err
+    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert leftover == []
+    assert segments() == before
+
+
+def test_more_ranks_than_the_host_plan_holds_is_refused():
+    port = free_port()
+    proc = launched(0, 9, port)
+    _, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 2
+    assert err.strip() == ("nicksim: error: nicksim run: 9 ranks on one host (valid: at most 8: the host is planned "
+                           "as pcie-8x-rtx4090, whose eight GPUs join by shared memory)")
