@@ -18,6 +18,7 @@ input are the concatenation of every rank's piece.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -115,7 +116,7 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
             if prim.op not in _KNOWN or any(p < 0 for p in prim.recv_from + prim.send_to):
                 raise UsageError(f"the real backend cannot run {prim.op} on channel {stream.channel} yet",
                                  "plan", "ring and tree primitives between ranks")
-    idle_since = time.monotonic()
+    idle_since, idle_rounds = time.monotonic(), 0
     while True:
         moved, active = False, False
         for stream in streams:
@@ -135,39 +136,56 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
         if not active:
             return
         if moved:
-            idle_since = time.monotonic()
+            idle_since, idle_rounds = time.monotonic(), 0
         elif time.monotonic() - idle_since > timeout_s:
             raise ExecuteError(_stuck(streams, rank, links, timeout_s), "run")
         else:
-            time.sleep(1e-5)
+            # Peers are usually a step away: give the CPU to them first, then sleep as the wait grows.
+            idle_rounds += 1
+            if idle_rounds < 2000:
+                os.sched_yield()
+            else:
+                time.sleep(1e-4)
 
 
 def _one_step(prim: Prim, step: int, step_elems: int, recvs: list[ShmRing], sends: list[ShmRing], bufs: _Buffers,
               dtype: str, op: str, reducing: bool, nranks: int, timeout_s: float) -> None:
+    """One slot's worth of `prim`: its result lands once, in the output where the primitive writes
+    one, else straight in the first send slot; the other sends copy it from there."""
     lo = min(prim.nelem, step * step_elems)
     n = min(prim.nelem, lo + step_elems) - lo
     offset = prim.offset + lo
     storage = storage_dtype(dtype)
-    value = None
+    sources = []
     for ring in recvs:
         got = ring.recv(timeout_s).view(storage)
         if got.size != n:
             raise ExecuteError(f"{ring.label}: a step of {got.size} elements where {prim.op} at {offset} expects {n} "
                                "(the ranks run different plans)", "run")
-        value = got if value is None else combine(value, got, op, dtype)
+        sources.append(got)
     if prim.op in _READS_INPUT and n:
         own = bufs.input(offset, n)
-        if reducing:
-            own = pre_op(own, op, dtype, nranks)
-        value = own if value is None else combine(value, own, op, dtype)
-    if value is None or not n:
-        value = np.empty(0, storage)
-    if reducing and prim.op in _FINAL:
-        value = post_op(value, op, dtype, nranks)
-    if prim.op in _WRITES_OUTPUT and n:
-        bufs.output(offset, n)[:] = value
-    for ring in sends:
-        ring.send(value, timeout_s)
+        sources.append(pre_op(own, op, dtype, nranks) if reducing else own)
+    in_slot = not (prim.op in _WRITES_OUTPUT and n) and bool(sends)
+    if in_slot:
+        dest = sends[0].reserve(n * np.dtype(storage).itemsize).view(storage)
+    elif prim.op in _WRITES_OUTPUT and n:
+        dest = bufs.output(offset, n)
+    else:
+        dest = np.empty(n, storage)
+    if len(sources) == 1 and n:
+        np.copyto(dest, sources[0])
+    elif len(sources) > 1:
+        combine(sources[0], sources[1], op, dtype, out=dest)
+        for more in sources[2:]:
+            combine(dest, more, op, dtype, out=dest)
+    if reducing and prim.op in _FINAL and n:
+        dest[:] = post_op(dest, op, dtype, nranks)
+    for i, ring in enumerate(sends):
+        if i == 0 and in_slot:
+            ring.post(dest.nbytes)
+        else:
+            ring.send(dest, timeout_s)
     for ring in recvs:
         ring.release()
 

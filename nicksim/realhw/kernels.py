@@ -87,14 +87,19 @@ def pre_op(values: np.ndarray, op: str, dtype: str, nranks: int) -> np.ndarray:
 _COMBINE = {"sum": np.add, "avg": np.add, "prod": np.multiply}
 
 
-def combine(a: np.ndarray, b: np.ndarray, op: str, dtype: str) -> np.ndarray:
-    """a (op) b, element by element."""
+def combine(a: np.ndarray, b: np.ndarray, op: str, dtype: str, out: np.ndarray | None = None) -> np.ndarray:
+    """a (op) b, element by element; into `out` where given (it may be a or b)."""
     _check(dtype, op)
-    if op in _COMBINE:
-        return _apply(dtype, _COMBINE[op], a, b)
-    if _is_float(dtype):
-        return _apply(dtype, np.fmax if op == "max" else np.fmin, a, b)
-    return np.maximum(a, b) if op == "max" else np.minimum(a, b)
+    fn = _COMBINE.get(op) or ((np.fmax if op == "max" else np.fmin) if _is_float(dtype) else
+                              (np.maximum if op == "max" else np.minimum))
+    if out is None:
+        return _apply(dtype, fn, a, b)
+    if dtype == "bfloat16":
+        out[:] = from_float(fn(to_float(a), to_float(b)))
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            fn(a, b, out=out)
+    return out
 
 
 def post_op(values: np.ndarray, op: str, dtype: str, nranks: int) -> np.ndarray:

@@ -125,15 +125,22 @@ class ShmRing:
     def send(self, data: np.ndarray, timeout_s: float) -> None:
         """Post one step holding `data` (at most step_nbytes bytes; may be empty)."""
         payload = data.reshape(-1).view(np.uint8)
-        if payload.size > self.step_nbytes:
-            raise ValueError(f"a step of {payload.size} bytes in slots of {self.step_nbytes}")
-        step = self._step
         self._wait(self.can_send, "no free slot: the receiver took nothing", timeout_s)
-        slot = step % NCCL_STEPS
-        self._data[slot * self.step_nbytes:slot * self.step_nbytes + payload.size] = payload
-        self._sizes[slot] = payload.size
-        self._tail[0] = step + 1  # x86 keeps stores in order: the data and size are seen before the tail
-        self._step = step + 1
+        self.reserve(payload.size)[:] = payload
+        self.post(payload.size)
+
+    def reserve(self, nbytes: int) -> np.ndarray:
+        """The next step's slot, `nbytes` of it, to fill in place (once can_send says it is free)."""
+        if nbytes > self.step_nbytes:
+            raise ValueError(f"a step of {nbytes} bytes in slots of {self.step_nbytes}")
+        slot = self._step % NCCL_STEPS
+        return self._data[slot * self.step_nbytes:slot * self.step_nbytes + nbytes]
+
+    def post(self, nbytes: int) -> None:
+        """Post the reserved slot, filled with `nbytes` bytes."""
+        self._sizes[self._step % NCCL_STEPS] = nbytes
+        self._step += 1
+        self._tail[0] = self._step  # x86 keeps stores in order: the data and size are seen before the tail
 
     def recv(self, timeout_s: float) -> np.ndarray:
         """The next step's bytes (a view into the slot: use it before `release`)."""
