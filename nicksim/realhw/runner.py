@@ -159,71 +159,85 @@ def _buffers(call: Call, rank: int, in_place: bool) -> tuple[np.ndarray, np.ndar
     return buf, buf
 
 
+def _exchange(boot: Bootstrap, item) -> list:
+    """allgather, where a rank that reports being stuck stops every rank with its reason."""
+    items = boot.allgather(item)
+    for rank, got in enumerate(items):
+        if isinstance(got, dict) and "stuck" in got:
+            raise ExecuteError(got["stuck"] if rank == boot.rank else f"rank {rank} stopped: {got['stuck']}", "run")
+    return items
+
+
+def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, options: RunOptions, in_place: bool,
+           timeout_s: float):
+    """One placement of one size: warm-up, timed iterations, the check; its Measurement."""
+    rank = boot.rank
+    send, recv = _buffers(call, rank, in_place)
+    send[:] = rank_input(call, rank)
+
+    def once():
+        try:
+            run_programs(call, programs, rank, links, send, recv, step_nbytes, timeout_s)
+        except (ExecuteError, ShmTimeoutError) as err:
+            # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
+            # that died (its connection closed) or hangs (it sends nothing).
+            _exchange(boot, {"stuck": err.line()})
+
+    for _ in range(options.warmup_iters):
+        once()
+    _exchange(boot, None)
+    start = time.perf_counter()
+    for _ in range(options.iters):
+        once()
+    elapsed_us = (time.perf_counter() - start) / options.iters * 1e6
+    wrong = None
+    if options.check:
+        send[:] = rank_input(call, rank)
+        once()
+        sends = [rank_input(call, r) for r in range(call.nranks)]
+        wrong = count_wrong(call, recv, expected_output(call, rank, sends))
+    times = _exchange(boot, [elapsed_us, wrong])
+    total_wrong = None if wrong is None else sum(w for _, w in times)
+    return measurement(call.collective, call.nranks, call.nbytes, max(max(t for t, _ in times), 1e-3), total_wrong)
+
+
+def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float) -> ResultRow:
+    """Plan `call`, agree on the plan, connect, and time it out of place and in place."""
+    plan = plan_call(job.comm, call)
+    check_same_plan(_exchange(boot, plan_fingerprint(plan)))
+    trees = job.tree_links() if plan.algorithm == "Tree" else {}
+    programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
+    links = open_links(programs, boot.rank, tag, plan.step_nbytes, timeout_s, lambda: _exchange(boot, None))
+    try:
+        out = _timed(boot, call, programs, links, plan.step_nbytes, options, False, timeout_s)
+        inp = _timed(boot, call, programs, links, plan.step_nbytes, options, True, timeout_s)
+    finally:
+        for ring in links.values():
+            ring.close()
+    plan_info = {"algorithm": plan.algorithm, "protocol": plan.protocol, "nchannels": plan.n_channels,
+                 "nthreads": plan.n_threads}
+    return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, plan_info)
+
+
 def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: Params,
              on_joined=None, on_row=None) -> list[ResultRow]:
     """One rank's run (see the module docstring); rank 0 calls `on_joined()` once every rank has
     joined and `on_row(row)` as each size completes, and returns the rows; the others return []."""
     timeout_s = float(params.get("NICKSIM_TIMEOUT"))
     with Bootstrap.join(env.rank, env.size, root, timeout_s) as boot:
-        hosts = boot.allgather(socket.gethostname())
-        if len(set(hosts)) > 1:
-            raise UsageError(f"the ranks run on {len(set(hosts))} hosts ({', '.join(sorted(set(hosts))[:4])})",
-                             "nicksim run", "every rank on one host (the socket transport between hosts is not "
-                                            "built yet)")
+        hosts = set(_exchange(boot, socket.gethostname()))
+        if len(hosts) > 1:
+            raise UsageError(f"the ranks run on {len(hosts)} hosts ({', '.join(sorted(hosts)[:4])})", "nicksim run",
+                             "every rank on one host (the socket transport between hosts is not built yet)")
         job = load_job(JobSpec(system=HOST_SYSTEM, gpus_per_node=env.size, nccl_version=options.nccl_version), params)
         # Segment names must match on every rank: rank 0's process and port name the job.
-        job_tag = boot.allgather(f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
+        job_tag = _exchange(boot, f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
         if env.rank == 0 and on_joined is not None:
             on_joined()
         rows = []
         for size in options.sizes:
             call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
-            plan = plan_call(job.comm, call)
-            check_same_plan(boot.allgather(plan_fingerprint(plan)))
-            trees = job.tree_links() if plan.algorithm == "Tree" else {}
-            programs = rank_programs(plan, job.channels.rings, trees, env.rank)
-            tag = f"{job_tag}-{len(rows)}"
-            links = open_links(programs, env.rank, tag, plan.step_nbytes, timeout_s, lambda: boot.allgather(None))
-            try:
-                placements = []
-                for in_place in (False, True):
-                    send, recv = _buffers(call, env.rank, in_place)
-                    send[:] = rank_input(call, env.rank)
-
-                    def once():
-                        try:
-                            run_programs(call, programs, env.rank, links, send, recv, plan.step_nbytes, timeout_s)
-                        except (ExecuteError, ShmTimeoutError) as err:
-                            # A peer stopped moving: ask the others through the bootstrap, whose root
-                            # names a rank that died (its connection closed) or hangs (sends nothing).
-                            boot.allgather({"stuck": err.line()})
-                            raise
-
-                    for _ in range(options.warmup_iters):
-                        once()
-                    boot.allgather(None)
-                    start = time.perf_counter()
-                    for _ in range(options.iters):
-                        once()
-                    elapsed_us = (time.perf_counter() - start) / options.iters * 1e6
-                    wrong = None
-                    if options.check:
-                        send[:] = rank_input(call, env.rank)
-                        once()
-                        sends = [rank_input(call, r) for r in range(env.size)]
-                        wrong = count_wrong(call, recv, expected_output(call, env.rank, sends))
-                    times = boot.allgather([elapsed_us, wrong])
-                    slowest = max(t for t, _ in times)
-                    total_wrong = None if wrong is None else sum(w for _, w in times)
-                    placements.append(measurement(call.collective, env.size, call.nbytes, max(slowest, 1e-3),
-                                                  total_wrong))
-            finally:
-                for ring in links.values():
-                    ring.close()
-            plan_info = {"algorithm": plan.algorithm, "protocol": plan.protocol, "nchannels": plan.n_channels,
-                         "nthreads": plan.n_threads}
-            rows.append(ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, placements[0],
-                                  placements[1], plan_info))
+            rows.append(_one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s))
             if env.rank == 0 and on_row is not None:
                 on_row(rows[-1])
         return rows if env.rank == 0 else []
