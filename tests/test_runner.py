@@ -29,7 +29,7 @@ def segments() -> set[str]:
 
 @pytest.mark.parametrize("collective, nranks, extra", [
     ("all_reduce", 3, ["-d", "int32", "-o", "max"]), ("all_gather", 2, []), ("reduce_scatter", 4, ["-d", "half"]),
-    ("broadcast", 3, ["-r", "2"]), ("reduce", 2, ["-d", "bfloat16", "-r", "1"]),
+    ("broadcast", 3, ["-r", "2"]), ("reduce", 2, ["-d", "bfloat16", "-r", "1"]), ("all_reduce", 8, ["-o", "avg"]),
 ])
 def test_run_prints_nccl_tests_table_and_every_element_is_right(collective, nranks, extra, tmp_path):
     before = segments()
