@@ -17,7 +17,6 @@ import argparse
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 import numpy as np
 
 from nicksim.perf import parse_size
+from nicksim.realhw.runner import free_port
 
 GLOO_RANK = r"""
 import os, sys, time
@@ -46,12 +46,6 @@ if rank == 0:
     print(out.item(), flush=True)
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def nicksim_seconds(nranks: int, nbytes: int, iters: int, warmup: int) -> float:

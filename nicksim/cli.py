@@ -456,8 +456,7 @@ def _run_real(args, params: Params) -> int:
         if args.nranks is None:
             raise UsageError("no launcher started this process and -np is not given", "nicksim run",
                              "-np N, or run under torchrun, mpirun or srun")
-        argv = [a for a in sys.argv[1:]]
-        return spawn(argv, args.nranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
+        return spawn(args.argv, args.nranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
     root = root_address(params, os.environ)
     if root is None:
         raise UsageError(f"rank {env.rank} of {env.size} ({env.launcher}) has no root to join", "nicksim run",
@@ -655,6 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = argv  # `nicksim run -np N` starts its ranks with the same command line
         params = read_params(os.environ, getattr(args, "env", []))
         _warn(params.warnings)
         return args.run(args, params)

@@ -13,7 +13,8 @@ from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import plan_call
 from nicksim.realhw.agree import PlanMismatchError, check_same_plan, plan_fingerprint
-from test_bootstrap import GUARD_S, free_port
+from nicksim.realhw.runner import free_port
+from test_bootstrap import GUARD_S
 
 
 def fingerprint(protocol: str | None = None, nbytes: int = 1 << 20, env: dict | None = None):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from nicksim.realhw.runner import free_port
+
 # One rank: join, allgather its rank and pid, print what it got; "stall" then waits before a second
 # allgather (long enough to be killed in between); failures print BootstrapError's line, exit 2.
 RANK_PROGRAM = r"""
@@ -27,12 +29,6 @@ except BootstrapError as err:
 """
 
 GUARD_S = 60  # no run here may take this long; a hang fails the test instead of stalling CI
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start(rank: int, size: int, port: int, timeout_s: float = 20, mode: str = "run") -> subprocess.Popen:

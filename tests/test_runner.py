@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from nicksim.calls import Call
-from nicksim.realhw.runner import count_wrong, expected_output, rank_input
+from nicksim.realhw.runner import count_wrong, expected_output, free_port, rank_input
 from nicksim.report import read_results
-from test_bootstrap import GUARD_S, free_port
+from test_bootstrap import GUARD_S
 
 REPO = Path(__file__).resolve().parent.parent
 

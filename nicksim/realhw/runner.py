@@ -38,12 +38,13 @@ from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_flo
 from .launch import RankEnv
 from .shm import ShmTimeoutError
 
-__all__ = ["HOST_SYSTEM", "spawn", "RunOptions", "run_rank", "rank_input", "expected_output", "count_wrong"]
+__all__ = ["HOST_SYSTEM", "free_port", "spawn", "RunOptions", "run_rank", "rank_input", "expected_output", "count_wrong"]
 
 HOST_SYSTEM = "pcie-8x-rtx4090"  # GPUs with no P2P between them: every connection is SHM
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -51,7 +52,7 @@ def _free_port() -> int:
 
 def spawn(argv: Sequence[str], nranks: int, environ: Mapping[str, str], timeout_s: float) -> int:
     """Run `nicksim ARGV` as `nranks` ranks on this host; the worst exit status of them."""
-    root = f"127.0.0.1:{_free_port()}"
+    root = f"127.0.0.1:{free_port()}"
     procs = []
     for rank in range(nranks):
         env = dict(environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank), NICKSIM_COMM_ID=root)
