@@ -125,3 +125,11 @@ def test_more_ranks_than_the_host_plan_holds_is_refused():
     assert proc.returncode == 2
     assert err.strip() == ("nicksim: error: nicksim run: 9 ranks on one host (valid: at most 8: the host is planned "
                            "as pcie-8x-rtx4090, whose eight GPUs join by shared memory)")
+
+
+def test_point_to_point_collectives_are_refused_before_any_rank_starts():
+    proc = nicksim("run", "alltoall", "-np", "2")
+    out, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 2 and out == ""
+    assert err.strip() == ("nicksim: error: COLL: alltoall is not run by the real backend yet (its point-to-point "
+                           "plans are not executed) (valid: all_reduce, all_gather, reduce_scatter, broadcast, reduce)")
