@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nicksim.calls import Call
+from nicksim.calls import Call, call_for_size
 from nicksim.realhw.runner import count_wrong, expected_output, free_port, rank_input
 from nicksim.report import read_results
 from test_bootstrap import GUARD_S
@@ -38,8 +38,10 @@ def test_run_prints_nccl_tests_table_and_every_element_is_right(collective, nran
     out, err = proc.communicate(timeout=GUARD_S)
     assert proc.returncode == 0, err
     table = read_results(out, "run")[0]
-    assert [row.nbytes for row in table.rows] == [1024, 32768, 1048576] or collective in ("all_gather",
-                                                                                      "reduce_scatter")
+    dtype = extra[extra.index("-d") + 1] if "-d" in extra else "float"
+    # nccl-tests' size column: all_gather and reduce_scatter round each rank's piece to 16 bytes.
+    sizes = [call_for_size(collective, s, dtype, "sum", 0, nranks).nbytes for s in (1024, 32768, 1 << 20)]
+    assert [row.nbytes for row in table.rows] == sizes and len(sizes) == 3
     assert all(row.out_of_place.nwrong == 0 and row.in_place.nwrong == 0 for row in table.rows)
     assert "# Out of bounds values : 0 OK" in out
     assert (tmp_path / "run.json").exists()
