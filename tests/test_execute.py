@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,8 +13,9 @@ from nicksim.choose import forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import plan_call, rank_programs
-from nicksim.realhw.execute import ExecuteError, open_links, run_programs
+from nicksim.realhw.execute import ExecuteError, links_of, open_links, run_programs
 from nicksim.realhw.kernels import storage_dtype
+from nicksim.realhw.shm import ShmRing, segment_name
 from nicksim.realhw.runner import count_wrong, expected_output, rank_input
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
@@ -102,3 +104,34 @@ def test_a_rank_that_never_runs_is_named_by_the_others():
     # Rank 0 receives from rank 2 on the ring (its predecessor), so it waits for rank 2 by name.
     assert "waiting for rank 2 to send" in errors[0].line()
     assert errors[0].line().startswith("run: rank 0 moved nothing for 1 s: channel ")
+
+
+def test_a_rank_dying_while_connections_are_made_leaves_no_segment():
+    """Rank 2 makes its receiving segments and dies before the first barrier completes, as a
+    SIGKILL would leave it: the others stop and remove every segment of the job, its too."""
+    job = host_job(3)
+    call = Call("all_reduce", 1000, "int32", "sum", -1, 3)
+    plan = plan_call(job.comm, call)
+    tag = f"t{os.getpid()}dying"
+    programs = {r: rank_programs(plan, job.channels.rings, {}, r) for r in range(3)}
+    barrier = threading.Barrier(3)
+    recv_keys, _ = links_of(programs[2], 2)
+    for key in recv_keys:
+        ShmRing.create(segment_name(tag, *key), plan.step_nbytes, "dead rank")  # never unlinked by rank 2
+    errors = {}
+
+    def survivor(r):
+        try:
+            open_links(programs[r], r, tag, plan.step_nbytes, 5, barrier.wait)
+        except threading.BrokenBarrierError as err:
+            errors[r] = err
+
+    threads = [threading.Thread(target=survivor, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    barrier.abort()  # the dead rank's bootstrap connection closes
+    for t in threads:
+        t.join(timeout=30)
+    assert set(errors) == {0, 1}
+    assert [n for n in os.listdir("/dev/shm") if n.startswith(f"nicksim-{tag}-")] == []

@@ -64,14 +64,32 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_n
                barrier) -> dict[tuple, ShmRing]:
     """This rank's connections, each a ShmRing; `barrier()` returns once every rank has called it."""
     recv_keys, send_keys = links_of(programs, rank)
-    links = {key: ShmRing.create(segment_name(tag, *key), step_nbytes, _label(key)) for key in sorted(recv_keys)}
-    barrier()
-    for key in sorted(send_keys):
-        links[key] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
-    barrier()
+    links: dict[tuple, ShmRing] = {}
+    try:
+        for key in sorted(recv_keys):
+            links[key] = ShmRing.create(segment_name(tag, *key), step_nbytes, _label(key))
+        barrier()
+        for key in sorted(send_keys):
+            links[key] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
+        barrier()
+    except BaseException:
+        # A peer that dies while connections are made must leave no segment behind: this rank's
+        # own, nor the ones the dead peer made for this rank to send on.
+        for ring in links.values():
+            ring.close()
+        for key in send_keys:
+            _unlink_quietly(segment_name(tag, *key))
+        raise
     for key in recv_keys:
         links[key].unlink()
     return links
+
+
+def _unlink_quietly(name: str) -> None:
+    try:
+        os.unlink(f"/dev/shm/{name}")
+    except FileNotFoundError:
+        pass
 
 
 @dataclass
