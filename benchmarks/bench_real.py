@@ -3,13 +3,16 @@
 One float all_reduce of `--size` bytes (64 MiB by default) on local ranks:
 - `nicksim run` (shared memory, numpy kernels), out of place, its nccl-tests time;
 - PyTorch's gloo backend on the same number of local processes (torch.distributed, TCP store),
-  the same size, warm-up and iterations, where torch is installed (`pip install torch==2.13.0`
-  takes the CPU build this machine keeps on disk);
-- numpy's copy of the same buffer in this process, the memory bandwidth a rank can reach.
-Printed: seconds per call and GB/s (algbw) for each, and the ratios the issue asks for (nicksim
-over gloo, nicksim over memcpy), for 2 ranks and then 4. Run:
+  where torch is installed (`pip install torch==2.13.0` takes the CPU build kept on disk here);
+- mpi4py's Allreduce over Open MPI, started by mpirun, where both are installed
+  (`apt-get install openmpi-bin libopenmpi-dev; pip install mpi4py`);
+- numpy's copy of the same buffer in this process, the memory bandwidth one rank can reach.
+Every peer runs the same size, warm-up and iterations, `--repeat` times; each figure is the median
+of those runs (the machines are shared and noisy). Printed: ms per call and busbw (GB/s, as
+nccl-tests computes it: algbw x 2(n-1)/n) for each, then nicksim's busbw over each peer's, and
+over memcpy's bandwidth, for 2 ranks and then 4. Run:
 
-    python benchmarks/bench_real.py [--size 64M] [--ranks 2 4] [--iters 5]
+    python benchmarks/bench_real.py [--size 64M] [--ranks 2 4] [--iters 10] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,6 +53,26 @@ dist.destroy_process_group()
 """
 
 
+MPI_RANK = r"""
+import sys, time
+import numpy as np
+from mpi4py import MPI
+nbytes, iters, warmup = map(int, sys.argv[1:4])
+comm = MPI.COMM_WORLD
+x = np.ones(nbytes // 4, np.float32)
+y = np.empty_like(x)
+for _ in range(warmup):
+    comm.Allreduce(x, y)
+comm.Barrier()
+start = time.perf_counter()
+for _ in range(iters):
+    comm.Allreduce(x, y)
+elapsed = comm.allreduce((time.perf_counter() - start) / iters, op=MPI.MAX)
+if comm.rank == 0:
+    print(elapsed, flush=True)
+"""
+
+
 def nicksim_seconds(nranks: int, nbytes: int, iters: int, warmup: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")
@@ -71,37 +96,61 @@ def gloo_seconds(nranks: int, nbytes: int, iters: int, warmup: int) -> float | N
     return float(outs[0].strip())
 
 
-def memcpy_seconds(nbytes: int, iters: int) -> float:
+def mpi4py_seconds(nranks: int, nbytes: int, iters: int, warmup: int) -> float | None:
+    if importlib.util.find_spec("mpi4py") is None or shutil.which("mpirun") is None:
+        return None
+    run = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(nranks), sys.executable,
+                          "-c", MPI_RANK, str(nbytes), str(iters), str(warmup)],
+                         capture_output=True, text=True, timeout=600)
+    if run.returncode:
+        raise SystemExit(f"mpi4py run failed: {run.stderr.strip()[-400:]}")
+    return float(run.stdout.strip().splitlines()[-1])
+
+
+def memcpy_seconds(nbytes: int, iters: int, warmup: int) -> float:
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(iters):
-            np.copyto(b, a)
-        best = min(best, (time.perf_counter() - start) / iters)
-    return best
+    for _ in range(warmup):
+        np.copyto(b, a)
+    start = time.perf_counter()
+    for _ in range(iters):
+        np.copyto(b, a)
+    return (time.perf_counter() - start) / iters
+
+
+def median_of(repeat: int, timer, *args) -> float | None:
+    """The median of `repeat` runs of timer(*args); None where the peer is not installed."""
+    runs = [timer(*args) for _ in range(repeat)]
+    return None if runs[0] is None else statistics.median(runs)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="64M")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     nbytes = parse_size(args.size, "--size")
-    gbps = lambda s: nbytes / s / 1e9  # noqa: E731
-    copy = memcpy_seconds(nbytes, args.iters)
-    print(f"# all_reduce of {nbytes} bytes (float); numpy memcpy of it: {copy * 1e3:.2f} ms, {gbps(copy):.2f} GB/s")
-    print(f"# {'ranks':>5} {'nicksim ms':>11} {'GB/s':>6} {'gloo ms':>9} {'GB/s':>6} {'nicksim/gloo':>13} "
-          f"{'nicksim/memcpy':>15}")
+    copy = median_of(args.repeat, memcpy_seconds, nbytes, args.iters, args.warmup)
+    copy_gbps = nbytes / copy / 1e9
+    print(f"# all_reduce of {nbytes} bytes (float), median of {args.repeat} runs of {args.iters} iterations; "
+          f"numpy memcpy of it: {copy * 1e3:.2f} ms, {copy_gbps:.2f} GB/s")
+    peers = (("gloo", gloo_seconds), ("mpi4py", mpi4py_seconds))
+    head = "".join(f" {name + ' ms':>10} {'busbw':>6}" for name, _ in peers)
+    ratios = "".join(f" {'/' + name:>8}" for name, _ in peers)
+    print(f"# {'ranks':>5} {'nicksim ms':>11} {'busbw':>6}{head}   nicksim busbw:{ratios} {'/memcpy':>8}")
     for nranks in args.ranks:
-        ours = nicksim_seconds(nranks, nbytes, args.iters, args.warmup)
-        peer = gloo_seconds(nranks, nbytes, args.iters, args.warmup)
-        peer_text = f"{peer * 1e3:>9.2f} {gbps(peer):>6.2f} {gbps(ours) / gbps(peer):>13.2f}" if peer else \
-            f"{'-':>9} {'-':>6} {'(no torch)':>13}"
-        print(f"  {nranks:>5} {ours * 1e3:>11.2f} {gbps(ours):>6.2f} {peer_text} {gbps(ours) / gbps(copy):>15.2f}")
+        busbw = lambda s: nbytes / s / 1e9 * 2 * (nranks - 1) / nranks  # noqa: E731
+        ours = median_of(args.repeat, nicksim_seconds, nranks, nbytes, args.iters, args.warmup)
+        cols, ratio_cols = "", ""
+        for _, timer in peers:
+            peer = median_of(args.repeat, timer, nranks, nbytes, args.iters, args.warmup)
+            cols += f" {peer * 1e3:>10.2f} {busbw(peer):>6.2f}" if peer else f" {'-':>10} {'-':>6}"
+            ratio_cols += f" {busbw(ours) / busbw(peer):>8.2f}" if peer else f" {'-':>8}"
+        print(f"  {nranks:>5} {ours * 1e3:>11.2f} {busbw(ours):>6.2f}{cols}                {ratio_cols} "
+              f"{busbw(ours) / copy_gbps:>8.2f}")
 
 
 if __name__ == "__main__":

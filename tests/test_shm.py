@@ -137,3 +137,26 @@ def test_a_killed_sender_leaves_a_timeout_and_no_segment():
         recv.recv(0.3)
     recv.close()
     assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_batches_of_steps_stop_at_the_last_slot_and_keep_each_steps_length():
+    name = unique("batch")
+    recv = ShmRing.create(name, 4, "channel 0, rank 0 -> rank 1")
+    send = ShmRing.attach(name, 4, "channel 0, rank 0 -> rank 1", 1)
+    recv.unlink()
+    assert (send.free_steps(), recv.ready_steps()) == (NCCL_STEPS, 0)
+    send.send(np.arange(4 * (NCCL_STEPS - 2), dtype=np.uint8), 1, steps=NCCL_STEPS - 2)
+    assert recv.ready_steps() == NCCL_STEPS - 2 and send.free_steps() == 2
+    assert recv.recv(1, steps=NCCL_STEPS - 2).tolist() == list(range(4 * (NCCL_STEPS - 2)))
+    recv.release(NCCL_STEPS - 2)
+    # Slots 6 and 7 are the only ones before the wrap, though all eight are free.
+    assert send.free_steps() == 2
+    send.send(np.array([1, 2, 3, 4, 5, 6], np.uint8), 1, steps=2)  # a full step, then one of 2 bytes
+    assert recv.ready_steps() == 2
+    assert recv.recv(1, steps=2).tolist() == [1, 2, 3, 4, 5, 6]
+    recv.release(2)
+    assert send.free_steps() == NCCL_STEPS
+    with pytest.raises(ValueError):
+        send.reserve(9, steps=2)
+    send.close()
+    recv.close()

@@ -122,34 +122,46 @@ class ShmRing:
         """Whether the next step has been posted."""
         return int(self._tail[0]) > self._step
 
-    def send(self, data: np.ndarray, timeout_s: float) -> None:
-        """Post one step holding `data` (at most step_nbytes bytes; may be empty)."""
+    def free_steps(self) -> int:
+        """How many steps can be posted now, in slots that follow each other in memory (a batch
+        never wraps past the last slot)."""
+        return min(NCCL_STEPS - (self._step - int(self._head[0])), NCCL_STEPS - self._step % NCCL_STEPS)
+
+    def ready_steps(self) -> int:
+        """How many posted steps can be taken now, in slots that follow each other in memory."""
+        return min(int(self._tail[0]) - self._step, NCCL_STEPS - self._step % NCCL_STEPS)
+
+    def send(self, data: np.ndarray, timeout_s: float, steps: int = 1) -> None:
+        """Post `steps` steps holding `data` (full slots but the last; may be empty)."""
         payload = data.reshape(-1).view(np.uint8)
-        self._wait(self.can_send, "no free slot: the receiver took nothing", timeout_s)
-        self.reserve(payload.size)[:] = payload
-        self.post(payload.size)
+        self._wait(lambda: self.free_steps() >= steps, "no free slot: the receiver took nothing", timeout_s)
+        self.reserve(payload.size, steps)[:] = payload
+        self.post(payload.size, steps)
 
-    def reserve(self, nbytes: int) -> np.ndarray:
-        """The next step's slot, `nbytes` of it, to fill in place (once can_send says it is free)."""
-        if nbytes > self.step_nbytes:
-            raise ValueError(f"a step of {nbytes} bytes in slots of {self.step_nbytes}")
+    def reserve(self, nbytes: int, steps: int = 1) -> np.ndarray:
+        """The next `steps` slots, `nbytes` of them, to fill in place (once free_steps allows)."""
+        if nbytes > steps * self.step_nbytes:
+            raise ValueError(f"{nbytes} bytes in {steps} slots of {self.step_nbytes}")
+        start = (self._step % NCCL_STEPS) * self.step_nbytes
+        return self._data[start:start + nbytes]
+
+    def post(self, nbytes: int, steps: int = 1) -> None:
+        """Post the reserved slots, filled with `nbytes` bytes: every slot full but the last."""
         slot = self._step % NCCL_STEPS
-        return self._data[slot * self.step_nbytes:slot * self.step_nbytes + nbytes]
+        self._sizes[slot:slot + steps - 1] = self.step_nbytes
+        self._sizes[slot + steps - 1] = nbytes - (steps - 1) * self.step_nbytes
+        self._step += steps
+        self._tail[0] = self._step  # x86 keeps stores in order: the data and sizes are seen before the tail
 
-    def post(self, nbytes: int) -> None:
-        """Post the reserved slot, filled with `nbytes` bytes."""
-        self._sizes[self._step % NCCL_STEPS] = nbytes
-        self._step += 1
-        self._tail[0] = self._step  # x86 keeps stores in order: the data and size are seen before the tail
+    def recv(self, timeout_s: float, steps: int = 1) -> np.ndarray:
+        """The next `steps` steps' bytes (a view into the slots: use it before `release`), every
+        step but the last taken as full, as a primitive posts them."""
+        self._wait(lambda: self.ready_steps() >= steps, "nothing arrived from the sender", timeout_s)
+        slot = self._step % NCCL_STEPS
+        start = slot * self.step_nbytes
+        return self._data[start:start + (steps - 1) * self.step_nbytes + int(self._sizes[slot + steps - 1])]
 
-    def recv(self, timeout_s: float) -> np.ndarray:
-        """The next step's bytes (a view into the slot: use it before `release`)."""
-        step = self._step
-        self._wait(self.can_recv, "nothing arrived from the sender", timeout_s)
-        slot = step % NCCL_STEPS
-        return self._data[slot * self.step_nbytes:slot * self.step_nbytes + int(self._sizes[slot])]
-
-    def release(self) -> None:
-        """Give the step just read back to the sender."""
-        self._step += 1
+    def release(self, steps: int = 1) -> None:
+        """Give the steps just read back to the sender."""
+        self._step += steps
         self._head[0] = self._step
