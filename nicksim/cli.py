@@ -448,7 +448,7 @@ def _run_search(args, params: Params) -> int:
 
 def _run_real(args, params: Params) -> int:
     from .realhw.launch import rank_env, root_address
-    from .realhw.runner import HOST_SYSTEM, RunOptions, run_rank, spawn
+    from .realhw.runner import HOST_SYSTEM, MAX_RANKS_PER_HOST, RunOptions, run_rank, spawn
     collective = collective_name(args.collective)
     if collective in ("alltoall", "sendrecv"):
         raise UsageError(f"{collective} is not run by the real backend yet (its point-to-point plans are not "
@@ -459,6 +459,9 @@ def _run_real(args, params: Params) -> int:
         if args.nranks is None:
             raise UsageError("no launcher started this process and -np is not given", "nicksim run",
                              "-np N, or run under torchrun, mpirun or srun")
+        if args.nranks > MAX_RANKS_PER_HOST:
+            raise UsageError(f"-np {args.nranks} ranks on this host", "-np", f"at most {MAX_RANKS_PER_HOST}: a host "
+                             f"is planned as {HOST_SYSTEM}, whose GPUs join by shared memory")
         return spawn(args.argv, args.nranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
     root = root_address(params, os.environ)
     if root is None:
@@ -467,17 +470,13 @@ def _run_real(args, params: Params) -> int:
     if args.nranks is not None and args.nranks != env.size:
         raise UsageError(f"-np {args.nranks} under {env.launcher}, which started {env.size} ranks", "-np",
                          f"{env.size}, or leave -np out")
-    if env.size > 8:
-        raise UsageError(f"{env.size} ranks on one host", "nicksim run", "at most 8: the host is planned as "
-                         f"{HOST_SYSTEM}, whose eight GPUs join by shared memory")
     sizes = tuple(sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes))
     options = RunOptions(collective, sizes, dtype, redop, args.root, args.iters, args.warmup_iters, args.check,
                          args.nccl_version)
     step = f"{args.stepbytes}(bytes)" if args.stepbytes is not None else f"{args.stepfactor or 2}(factor)"
 
-    def joined():  # nccl-tests prints its header once every rank is up, then each row as it completes
-        print(f"# nicksim run {collective}: {env.size} ranks on this host (shared memory), NCCL {args.nccl_version} "
-              f"plans")
+    def joined(layout: str):  # nccl-tests prints its header once every rank is up, then each row as it completes
+        print(f"# nicksim run {collective}: {layout}, NCCL {args.nccl_version} plans")
         print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
               f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
         print("\n".join(table_header()), flush=True)

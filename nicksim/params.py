@@ -123,6 +123,10 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_GRAPH_DUMP_FILE", None, "str", "where to write the searched graphs (XML)"),
     _k("NCCL_GRAPH_FILE", None, "str", "graph XML to use instead of searching (NCCL_GRAPH_DUMP_FILE form)"),
     _k("NCCL_SOCKET_IFNAME", None, "str", "interfaces for bootstrap and socket transport"),
+    _k("NCCL_SOCKET_NTHREADS", -2, "int", "helper threads per socket connection (-2: by the NIC's vendor, else 0)"),
+    _k("NCCL_NSOCKS_PERTHREAD", -2, "int", "sockets per helper thread (-2: by the NIC's vendor, else 1)"),
+    _k("NCCL_HOSTID", None, "str", "this host's identity, instead of its hostname and boot id (ranks with the "
+       "same one share a node)"),
     _k("NCCL_IB_HCA", None, "str", "IB devices to use"),
     _k("NCCL_DEBUG", None, "str", "log level: VERSION WARN INFO TRACE"),
     _k("NCCL_DEBUG_SUBSYS", None, "str", "log subsystems"),

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from nicksim.calls import Call, call_for_size
-from nicksim.realhw.runner import count_wrong, expected_output, free_port, rank_input
+from nicksim.errors import UsageError
+from nicksim.params import read_params
+from nicksim.realhw.runner import count_wrong, expected_output, free_port, host_id, node_layout, rank_input
 from nicksim.report import read_results
 from test_bootstrap import GUARD_S
 
@@ -120,13 +122,28 @@ def test_ctrl_c_stops_every_rank_and_leaves_nothing():
     assert segments() == before
 
 
-def test_more_ranks_than_the_host_plan_holds_is_refused():
-    port = free_port()
-    proc = launched(0, 9, port)
-    _, err = proc.communicate(timeout=GUARD_S)
-    assert proc.returncode == 2
-    assert err.strip() == ("nicksim: error: nicksim run: 9 ranks on one host (valid: at most 8: the host is planned "
-                           "as pcie-8x-rtx4090, whose eight GPUs join by shared memory)")
+def test_more_ranks_than_the_host_plan_holds_is_refused_before_any_starts():
+    proc = nicksim("run", "all_reduce", "-np", "9")
+    out, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 2 and out == ""
+    assert err.strip() == ("nicksim: error: -np: -np 9 ranks on this host (valid: at most 8: a host is planned "
+                           "as pcie-8x-rtx4090, whose GPUs join by shared memory)")
+
+
+def test_ranks_are_grouped_into_nodes_by_host():
+    assert node_layout(["a", "a", "b", "b"]) == (0, 0, 1, 1)
+    assert node_layout(["x"] * 3) == (0, 0, 0)
+    with pytest.raises(UsageError, match=r"unevenly or out of order \(2 on host 0, 1 on host 1\)"):
+        node_layout(["a", "b", "a"])
+    with pytest.raises(UsageError, match="out of order"):
+        node_layout(["a", "b", "a", "b"])
+    with pytest.raises(UsageError, match="9 ranks on one host"):
+        node_layout(["a"] * 9 + ["b"] * 9)
+
+
+def test_nccl_hostid_names_the_host():
+    assert host_id(read_params({"NCCL_HOSTID": "rack3-node7"})) == "rack3-node7"
+    assert host_id(read_params({})) == host_id(read_params({})) != ""
 
 
 def test_point_to_point_collectives_are_refused_before_any_rank_starts():

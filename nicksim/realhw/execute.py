@@ -28,6 +28,7 @@ from ..calls import Call
 from ..errors import NickSimError, UsageError
 from ..plan import ChannelProgram, Prim
 from .kernels import combine, post_op, pre_op, storage_dtype
+from .net import NetLink, NetPeers, fifo_name
 from .shm import ShmRing, segment_name
 
 __all__ = ["ExecuteError", "open_links", "run_programs", "links_of"]
@@ -64,16 +65,31 @@ def _label(key: tuple) -> str:
 
 
 def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_nbytes: int, timeout_s: float,
-               barrier) -> dict[tuple, ShmRing]:
-    """This rank's connections, each a ShmRing; `barrier()` returns once every rank has called it."""
+               barrier, net: NetPeers | None = None) -> dict[tuple, ShmRing | NetLink]:
+    """This rank's connections, each a ShmRing (same node) or a NetLink (another node, through
+    `net`); `barrier()` returns once every rank has called it."""
     recv_keys, send_keys = links_of(programs, rank)
-    links: dict[tuple, ShmRing] = {}
+
+    def local(key: tuple) -> bool:
+        return net is None or net.nodes[key[1]] == net.nodes[key[2]]
+
+    links: dict[tuple, ShmRing | NetLink] = {}
     try:
-        for key in sorted(recv_keys):
+        for key in sorted(k for k in recv_keys if local(k)):
             links[key] = ShmRing.create(segment_name(tag, *key), step_nbytes, _label(key))
         barrier()
         for key in sorted(send_keys):
-            links[key] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
+            if local(key):
+                links[key] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
+            else:
+                links[key] = NetLink.connect(fifo_name(tag, key, "send"), step_nbytes, _label(key),
+                                             tuple(net.addresses[key[2]]), tag, key, net.config, timeout_s)
+        remote = {k for k in recv_keys if not local(k)}
+        if remote:
+            accepted = net.listener.accept_links(tag, remote, net.config.nsocks, time.monotonic() + timeout_s)
+            for key in sorted(accepted):
+                links[key] = NetLink(fifo_name(tag, key, "recv"), step_nbytes, _label(key), "recv", accepted[key],
+                                     net.config, timeout_s)
         barrier()
     except BaseException:
         # A peer that dies while connections are made must leave no segment behind: this rank's

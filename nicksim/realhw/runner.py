@@ -1,16 +1,17 @@
-"""`nicksim run`: a collective run for real by N ranks on this host, reported as nccl-tests does.
+"""`nicksim run`: a collective run for real by N ranks on one host or several, reported as nccl-tests does.
 
 `spawn(argv, nranks, timeout_s)` starts the ranks itself when no launcher did: each a process
 running the same command with torchrun's variables and NICKSIM_COMM_ID set, so every rank joins
 the way it would under a launcher; it waits for them, stops the rest when one fails, and returns
-the worst exit status. `run_rank(...)` is one rank's work: join the others (bootstrap.py), check
-that they share this host (only shared memory joins ranks yet), then for every size build the
-plan, agree on it (agree.py), open the connections (execute.py), time the warm-up and timed
-iterations out of place and in place, check every element when asked (-c), and leave rank 0 to
-print the nccl-tests table.
+the worst exit status. `run_rank(...)` is one rank's work: join the others (bootstrap.py), group
+them into nodes by host (NCCL_HOSTID, else hostname and boot id), listen on a socket when the job
+spans hosts (net.py), then for every size build the plan, agree on it (agree.py), open the
+connections (execute.py), time the warm-up and timed iterations out of place and in place, check
+every element when asked (-c), and leave rank 0 to print the nccl-tests table.
 
-The host is planned as a node whose GPUs cannot reach each other (the catalog's PCIe box without
-P2P), so every connection is shared memory, as NCCL's ladder gives a CPU-only node.
+Each host is planned as a node whose GPUs cannot reach each other (the catalog's PCIe box without
+P2P), so connections inside a host are shared memory and those between hosts NET over sockets, as
+NCCL's ladder gives CPU-only nodes.
 """
 from __future__ import annotations
 
@@ -36,11 +37,13 @@ from .bootstrap import Bootstrap
 from .execute import ExecuteError, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .launch import RankEnv
+from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
 from .shm import ShmTimeoutError
 
-__all__ = ["HOST_SYSTEM", "free_port", "spawn", "RunOptions", "run_rank", "rank_input", "expected_output", "count_wrong"]
+__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
 
 HOST_SYSTEM = "pcie-8x-rtx4090"  # GPUs with no P2P between them: every connection is SHM
+MAX_RANKS_PER_HOST = 8  # the GPUs HOST_SYSTEM has
 
 
 def free_port() -> int:
@@ -179,7 +182,7 @@ def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, optio
     def once():
         try:
             run_programs(call, programs, rank, links, send, recv, step_nbytes, timeout_s)
-        except (ExecuteError, ShmTimeoutError) as err:
+        except (ExecuteError, ShmTimeoutError, NetError) as err:
             # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
             # that died (its connection closed) or hangs (it sends nothing).
             _exchange(boot, {"stuck": err.line()})
@@ -202,13 +205,14 @@ def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, optio
     return measurement(call.collective, call.nranks, call.nbytes, max(max(t for t, _ in times), 1e-3), total_wrong)
 
 
-def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float) -> ResultRow:
+def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float,
+              net: NetPeers | None) -> ResultRow:
     """Plan `call`, agree on the plan, connect, and time it out of place and in place."""
     plan = plan_call(job.comm, call)
     check_same_plan(_exchange(boot, plan_fingerprint(plan)))
     trees = job.tree_links() if plan.algorithm == "Tree" else {}
     programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
-    links = open_links(programs, boot.rank, tag, plan.step_nbytes, timeout_s, lambda: _exchange(boot, None))
+    links = open_links(programs, boot.rank, tag, plan.step_nbytes, timeout_s, lambda: _exchange(boot, None), net)
     try:
         out = _timed(boot, call, programs, links, plan.step_nbytes, options, False, timeout_s)
         inp = _timed(boot, call, programs, links, plan.step_nbytes, options, True, timeout_s)
@@ -220,25 +224,85 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
     return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, plan_info)
 
 
+def host_id(params: Params) -> str:
+    """This host's identity, as NCCL's getHostHash builds it: NCCL_HOSTID, else the hostname and
+    the kernel's boot id (two containers of one machine are one host)."""
+    if params.get("NCCL_HOSTID"):
+        return str(params.get("NCCL_HOSTID"))
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}{boot}"
+
+
+def node_layout(hosts: list[str]) -> tuple[int, ...]:
+    """Each rank's node from the hosts they reported: ranks of a node must be consecutive and
+    every node must hold as many, as the job's node x GPU numbering needs."""
+    order: list[str] = []
+    for h in hosts:
+        if h not in order:
+            order.append(h)
+    nodes = tuple(order.index(h) for h in hosts)
+    per_node = len(hosts) // len(order)
+    if len(hosts) % len(order) or any(n != r // per_node for r, n in enumerate(nodes)):
+        counts = ", ".join(f"{sum(1 for n in nodes if n == i)} on host {i}" for i in range(len(order)))
+        raise UsageError(f"the ranks sit on {len(order)} hosts unevenly or out of order ({counts})", "nicksim run",
+                         "as many ranks on every host, numbered host by host (rank = host x ranks per host + "
+                         "local rank)")
+    if per_node > MAX_RANKS_PER_HOST:
+        raise UsageError(f"{per_node} ranks on one host", "nicksim run", f"at most {MAX_RANKS_PER_HOST}: a host is "
+                         f"planned as {HOST_SYSTEM}, whose GPUs join by shared memory")
+    return nodes
+
+
+def _net_peers(boot: Bootstrap, nodes: tuple[int, ...], params: Params, root: tuple[str, int],
+               timeout_s: float) -> tuple[NetPeers | None, str]:
+    """This rank's listener and every rank's address, when the job spans hosts; and which
+    interface carries the sockets (for the header)."""
+    if len(set(nodes)) == 1:
+        _exchange(boot, None)
+        return None, ""
+    ifaces = find_interfaces(params.get("NCCL_SOCKET_IFNAME"), root[0])
+    ifname, addr = ifaces[0]
+    listener = NetListener(addr, timeout_s)
+    addresses = _exchange(boot, list(listener.address))
+    return NetPeers(nodes, tuple(tuple(a) for a in addresses), listener, socket_config(params, ifname)), ifname
+
+
 def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: Params,
              on_joined=None, on_row=None) -> list[ResultRow]:
-    """One rank's run (see the module docstring); rank 0 calls `on_joined()` once every rank has
-    joined and `on_row(row)` as each size completes, and returns the rows; the others return []."""
+    """One rank's run (see the module docstring); rank 0 calls `on_joined(layout)` once every rank
+    has joined, with a phrase saying where they run, and `on_row(row)` as each size completes, and
+    returns the rows; the others return []."""
     timeout_s = float(params.get("NICKSIM_TIMEOUT"))
     with Bootstrap.join(env.rank, env.size, root, timeout_s) as boot:
-        hosts = set(_exchange(boot, socket.gethostname()))
-        if len(hosts) > 1:
-            raise UsageError(f"the ranks run on {len(hosts)} hosts ({', '.join(sorted(hosts)[:4])})", "nicksim run",
-                             "every rank on one host (the socket transport between hosts is not built yet)")
-        job = load_job(JobSpec(system=HOST_SYSTEM, gpus_per_node=env.size, nccl_version=options.nccl_version), params)
-        # Segment names must match on every rank: rank 0's process and port name the job.
-        job_tag = _exchange(boot, f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
-        if env.rank == 0 and on_joined is not None:
-            on_joined()
-        rows = []
-        for size in options.sizes:
-            call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
-            rows.append(_one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s))
-            if env.rank == 0 and on_row is not None:
-                on_row(rows[-1])
+        nodes = node_layout(_exchange(boot, host_id(params)))
+        nnodes = len(set(nodes))
+        net, ifname = _net_peers(boot, nodes, params, root, timeout_s)
+        try:
+            job = load_job(JobSpec(system=HOST_SYSTEM, nodes=nnodes, gpus_per_node=env.size // nnodes,
+                                   nccl_version=options.nccl_version), params)
+            # Segment names must match on every rank: rank 0's process and port name the job.
+            job_tag = _exchange(boot, f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
+            if env.rank == 0 and on_joined is not None:
+                on_joined(_layout_text(env.size, nnodes, ifname, net))
+            rows = []
+            for size in options.sizes:
+                call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
+                rows.append(_one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s, net))
+                if env.rank == 0 and on_row is not None:
+                    on_row(rows[-1])
+        finally:
+            if net is not None:
+                net.listener.close()
         return rows if env.rank == 0 else []
+
+
+def _layout_text(nranks: int, nnodes: int, ifname: str, net: NetPeers | None) -> str:
+    if net is None:
+        return f"{nranks} ranks on this host (shared memory)"
+    socks = f"{net.config.nthreads} x {net.config.nsocks_per_thread}" if net.config.nsocks else "1"
+    return (f"{nranks} ranks on {nnodes} hosts, {nranks // nnodes} per host (shared memory inside a host, sockets "
+            f"between hosts over {ifname}: {socks} socket(s) per connection)")

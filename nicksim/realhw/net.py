@@ -1,0 +1,463 @@
+"""One direction of a connection between ranks on different hosts, over TCP sockets, as NCCL's
+NET/Socket transport moves it.
+
+`socket_config(params, ifname)` is how many helper threads and sockets a connection uses
+(NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, with net_socket.cc's automatic choice);
+`find_interfaces(setting, root_host)` the interfaces NCCL_SOCKET_IFNAME names, or the ones NCCL
+would pick without it. A rank listens on its interface (`NetListener`); a sender connects a
+control socket and the data sockets to the receiver's listener (`NetLink.connect`), the receiver
+takes them off its listener (`NetListener.accept_links`).
+
+Each side keeps the connection's NCCL_STEPS slots in its own host memory (a ShmRing both of
+whose ends are in the process) and a proxy thread that moves steps between them and the
+sockets, so a `NetLink` offers the executor the same calls a ShmRing does. The sender's proxy
+takes each posted step, sends its length on the control socket (and the bytes too when there are
+no data sockets), and splits the bytes into tasks of at least NCCL_SOCKET_MIN_TASKSIZE over the
+data sockets in turn, each socket served by its helper thread; the receiver's proxy does the
+same in reverse into a free slot, so both ends cut every step alike. A closed or silent peer
+surfaces as NetError naming the connection.
+"""
+from __future__ import annotations
+
+import fcntl
+import itertools
+import os
+import queue
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import NickSimError, UsageError
+from ..params import Params
+from .shm import ShmRing
+
+__all__ = ["NetError", "SocketConfig", "socket_config", "find_interfaces", "match_interfaces", "NetListener",
+           "NetLink", "NetPeers", "link_hello", "fifo_name"]
+
+# net_socket.cc (NCCL 2.29.7): MAX_SOCKETS, MAX_THREADS, NCCL_SOCKET_MIN_TASKSIZE's default.
+MAX_SOCKETS = 64
+MAX_THREADS = 16
+MIN_TASK_NBYTES = 1 << 16
+INLINE_NBYTES = 128  # NCCL_SOCKET_INLINE's default: a step this small travels with its length
+# net_socket.cc's automatic choice by the NIC's PCI vendor: AWS (ENA) 2 threads x 8 sockets,
+# GCP (gVNIC) 4 x 1; anything else no helper thread and the control socket carries the data.
+_AUTO_BY_VENDOR = {"0x1d0f": (2, 8), "0x1ae0": (4, 1)}
+_SIZE = struct.Struct("<i")  # SOCKET_CTRL_SIZE: a step's length, an int, on the control socket
+_HELLO = struct.Struct("!64sIIIII")  # job tag, channel, src, dst, conn, socket index
+_SIOCGIFADDR = 0x8915
+
+
+class NetError(NickSimError):
+    """A socket connection between two ranks broke or its peer fell silent."""
+
+    kind = "net"
+
+
+@dataclass(frozen=True)
+class SocketConfig:
+    """Helper threads per connection and sockets per thread (0 threads: the control socket alone)."""
+
+    nthreads: int
+    nsocks_per_thread: int
+
+    @property
+    def nsocks(self) -> int:
+        return self.nthreads * self.nsocks_per_thread
+
+
+def _nic_vendor(ifname: str) -> str | None:
+    try:
+        with open(f"/sys/class/net/{ifname}/device/vendor") as f:
+            return f.read(6)
+    except OSError:
+        return None
+
+
+def socket_config(params: Params, ifname: str | None) -> SocketConfig:
+    """NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD, -2 meaning net_socket.cc's automatic
+    choice for the interface's NIC; at most MAX_THREADS threads and MAX_SOCKETS sockets."""
+    nthreads = int(params.get("NCCL_SOCKET_NTHREADS"))
+    per_thread = int(params.get("NCCL_NSOCKS_PERTHREAD"))
+    if nthreads == -2 or per_thread == -2:
+        auto_threads, auto_socks = _AUTO_BY_VENDOR.get(_nic_vendor(ifname) if ifname else None, (0, 1))
+        nthreads = auto_threads if nthreads == -2 else nthreads
+        per_thread = auto_socks if per_thread == -2 else per_thread
+    if nthreads < 0 or per_thread < 0:
+        raise UsageError(f"NCCL_SOCKET_NTHREADS={nthreads}, NCCL_NSOCKS_PERTHREAD={per_thread}", "environment",
+                         "whole numbers from 0 (or -2 for NCCL's automatic choice)")
+    nthreads = min(nthreads, MAX_THREADS)
+    if nthreads and nthreads * per_thread > MAX_SOCKETS:
+        per_thread = MAX_SOCKETS // nthreads
+    return SocketConfig(nthreads, per_thread if nthreads else 0)
+
+
+# --- interfaces ---------------------------------------------------------------------------
+
+def _ipv4_of(ifname: str) -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            raw = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", ifname.encode()[:15]))
+        except OSError:
+            return None  # no IPv4 address, or the interface is gone
+    return socket.inet_ntoa(raw[20:24])
+
+
+def _interfaces() -> list[tuple[str, str]]:
+    """(name, IPv4 address) of every interface that has one, in the kernel's order."""
+    found = []
+    for _, name in socket.if_nameindex():
+        addr = _ipv4_of(name)
+        if addr:
+            found.append((name, addr))
+    return found
+
+
+def match_interfaces(setting: str, names: list[str]) -> list[str]:
+    """The names NCCL_SOCKET_IFNAME's grammar selects: comma-separated prefixes, '=' first for
+    exact names, '^' first to take every interface but those (utils.cc matchIfList)."""
+    text = setting
+    exclude = text.startswith("^")
+    text = text[1:] if exclude else text
+    exact = text.startswith("=")
+    text = text[1:] if exact else text
+    wanted = [w.strip() for w in text.split(",") if w.strip()]
+
+    def matches(name: str) -> bool:
+        return any(name == w if exact else name.startswith(w) for w in wanted)
+
+    return [n for n in names if matches(n) != exclude]
+
+
+def _same_subnet(addr: str, other: str) -> bool:
+    # NCCL matches the interface's own netmask; a /24 is what a lab's flat network and these
+    # tests use, so it stands in for reading the mask.
+    return addr.rsplit(".", 1)[0] == other.rsplit(".", 1)[0]
+
+
+def find_interfaces(setting: str | None, root_host: str | None) -> list[tuple[str, str]]:
+    """The interfaces a rank's sockets use, as socket.cc ncclFindInterfaces picks them: those
+    NCCL_SOCKET_IFNAME names; else ib*, else one on the root's subnet, else any but docker, lo
+    and virbr, else docker, lo, virbr. Raises UsageError when a named setting matches none."""
+    found = _interfaces()
+    names = [n for n, _ in found]
+    addr_of = dict(found)
+    if setting and len(setting) > 1:
+        chosen = match_interfaces(setting, names)
+        if not chosen:
+            raise UsageError(f"NCCL_SOCKET_IFNAME={setting} matches no interface with an IPv4 address",
+                             "environment", f"one of {', '.join(names) or '(none)'}")
+        return [(n, addr_of[n]) for n in chosen]
+    for attempt in ("ib", "subnet", "^docker,lo,virbr", "docker", "lo", "virbr"):
+        if attempt == "subnet":
+            chosen = [n for n in names if root_host and _is_ipv4(root_host) and _same_subnet(addr_of[n], root_host)]
+        else:
+            chosen = match_interfaces(attempt, names)
+        if chosen:
+            return [(n, addr_of[n]) for n in chosen]
+    raise UsageError("no network interface has an IPv4 address", "environment", "an interface that is up")
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        socket.inet_aton(text)
+        return text.count(".") == 3
+    except OSError:
+        return False
+
+
+# --- connections --------------------------------------------------------------------------
+
+def link_hello(tag: str, key: tuple, index: int) -> bytes:
+    """What a sender's socket says first: the job, the connection and which of its sockets it is."""
+    return _HELLO.pack(tag.encode()[:64], *key, index)
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            raise ConnectionResetError("closed")
+        got += n
+
+
+def _tasks(nbytes: int, nsocks: int) -> list[tuple[int, int]]:
+    """(offset, length) of each task a step of `nbytes` is cut into over `nsocks` data sockets."""
+    size = max(MIN_TASK_NBYTES, -(-nbytes // nsocks))
+    return [(off, min(size, nbytes - off)) for off in range(0, nbytes, size)]
+
+
+class _Helpers:
+    """NCCL_SOCKET_NTHREADS threads, each owning NCCL_NSOCKS_PERTHREAD of the data sockets and
+    running the tasks given to its sockets in order; `run(tasks)` returns when all are done."""
+
+    def __init__(self, socks: list[socket.socket], config: SocketConfig, sending: bool, label: str):
+        self._socks, self._sending, self._label = socks, sending, label
+        self._per_thread = max(1, config.nsocks_per_thread)
+        self._queues = [queue.Queue() for _ in range(config.nthreads)]
+        self._done: queue.Queue = queue.Queue()
+        self._next = itertools.cycle(range(len(socks)))  # NCCL's comm->nextSock, kept across steps
+        self._threads = [threading.Thread(target=self._serve, args=(q,), daemon=True, name=f"{label} helper {i}")
+                         for i, q in enumerate(self._queues)]
+        for t in self._threads:
+            t.start()
+
+    def _serve(self, tasks: queue.Queue) -> None:
+        while True:
+            item = tasks.get()
+            if item is None:
+                return
+            sock, view = item
+            try:
+                if self._sending:
+                    sock.sendall(view)
+                else:
+                    _recv_into(sock, view)
+                self._done.put(None)
+            except OSError as err:
+                self._done.put(err)
+
+    def run(self, view: memoryview) -> None:
+        pieces = _tasks(len(view), len(self._socks))
+        for off, n in pieces:
+            s = next(self._next)
+            self._queues[s // self._per_thread].put((self._socks[s], view[off:off + n]))
+        errors = [self._done.get() for _ in pieces]
+        failed = [e for e in errors if e is not None]
+        if failed:
+            raise failed[0]
+
+    def stop(self) -> None:
+        for q in self._queues:
+            q.put(None)
+
+
+class NetLink:
+    """One connection's end on one rank: the executor's FIFO (`ring`, its own side of a ShmRing
+    whose other side the proxy thread holds) and the sockets to the peer rank. Offers the calls
+    the executor makes on a ShmRing; the first proxy failure is raised by the next of them."""
+
+    def __init__(self, name: str, step_nbytes: int, label: str, side: str, socks: list[socket.socket],
+                 config: SocketConfig, timeout_s: float):
+        self.label, self.side, self.step_nbytes = label, side, step_nbytes
+        mine = ShmRing.create(name, step_nbytes, label)
+        proxy = ShmRing.attach(name, step_nbytes, label, timeout_s)
+        mine.unlink()
+        if side == "send":
+            mine, proxy = proxy, mine  # the executor posts; the proxy takes the steps
+        self._ring, self._proxy_ring = mine, proxy
+        self._ctrl, self._data = socks[0], socks[1:]
+        self._timeout_s = timeout_s
+        self._error: BaseException | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        for s in socks:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.settimeout(None)
+        self._helpers = _Helpers(self._data, config, side == "send", label) if self._data else None
+        self._thread = threading.Thread(target=self._proxy_main, daemon=True, name=f"{label} proxy")
+        self._thread.start()
+
+    @classmethod
+    def connect(cls, name: str, step_nbytes: int, label: str, address: tuple[str, int], tag: str, key: tuple,
+                config: SocketConfig, timeout_s: float) -> "NetLink":
+        """The sending end: connect the control socket and the data sockets to the receiver."""
+        socks = []
+        try:
+            for index in range(1 + config.nsocks):
+                sock = socket.create_connection(address, timeout=timeout_s)
+                socks.append(sock)
+                sock.sendall(link_hello(tag, key, index))
+        except OSError as err:
+            for s in socks:
+                s.close()
+            raise NetError(f"{label}: cannot connect to {address[0]}:{address[1]} ({err.strerror or err})",
+                           "net") from None
+        return cls(name, step_nbytes, label, "send", socks, config, timeout_s)
+
+    # --- the proxy thread --------------------------------------------------------------------
+
+    def _proxy_main(self) -> None:
+        try:
+            while not self._stopping:
+                if self.side == "send":
+                    self._forward_one()
+                else:
+                    self._receive_one()
+        except (OSError, ValueError) as err:
+            if not self._stopping:
+                what = "closed its end" if isinstance(err, ConnectionError) else f"failed ({err})"
+                self._error = NetError(f"{self.label}: the peer's socket {what}", "net")
+
+    def _wait_for(self, ready) -> bool:
+        while not ready():
+            if self._stopping:
+                return False
+            self._wake.wait(0.01)
+            self._wake.clear()
+        return True
+
+    def _forward_one(self) -> None:
+        if not self._wait_for(lambda: self._proxy_ring.can_recv()):
+            return
+        view = memoryview(self._proxy_ring.recv(self._timeout_s))
+        inline = len(view) <= INLINE_NBYTES
+        self._ctrl.sendall(_SIZE.pack(len(view)) + (bytes(view) if inline else b""))
+        if not inline:
+            if self._helpers:
+                self._helpers.run(view)
+            else:
+                self._ctrl.sendall(view)
+        self._proxy_ring.release()
+
+    def _receive_one(self) -> None:
+        if not self._wait_for(lambda: self._proxy_ring.can_send()):
+            return
+        head = bytearray(_SIZE.size)
+        _recv_into(self._ctrl, memoryview(head))
+        (nbytes,) = _SIZE.unpack(head)
+        if not 0 <= nbytes <= self.step_nbytes:
+            raise ValueError(f"a step of {nbytes} bytes in slots of {self.step_nbytes} (the ranks run different plans)")
+        slot = memoryview(self._proxy_ring.reserve(nbytes))
+        if self._helpers and nbytes > INLINE_NBYTES:
+            self._helpers.run(slot)
+        elif nbytes:
+            _recv_into(self._ctrl, slot)
+        self._proxy_ring.post(nbytes)
+
+    # --- what the executor calls ---------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def can_send(self) -> bool:
+        self._check()
+        return self._ring.can_send()
+
+    def can_recv(self) -> bool:
+        self._check()
+        return self._ring.can_recv()
+
+    def free_steps(self) -> int:
+        self._check()
+        return self._ring.free_steps()
+
+    def ready_steps(self) -> int:
+        self._check()
+        return self._ring.ready_steps()
+
+    def reserve(self, nbytes: int, steps: int = 1) -> np.ndarray:
+        return self._ring.reserve(nbytes, steps)
+
+    def post(self, nbytes: int, steps: int = 1) -> None:
+        self._ring.post(nbytes, steps)
+        self._wake.set()
+
+    def send(self, data: np.ndarray, timeout_s: float, steps: int = 1) -> None:
+        self._check()
+        self._ring.send(data, timeout_s, steps)
+        self._wake.set()
+
+    def recv(self, timeout_s: float, steps: int = 1) -> np.ndarray:
+        self._check()
+        return self._ring.recv(timeout_s, steps)
+
+    def release(self, steps: int = 1) -> None:
+        self._ring.release(steps)
+        self._wake.set()
+
+    def unlink(self) -> None:
+        pass  # the FIFO's name went when it was made
+
+    def close(self) -> None:
+        """Stop the proxy and its helpers, close the sockets and the FIFO."""
+        self._stopping = True
+        self._wake.set()
+        for s in [self._ctrl, *self._data]:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        self._thread.join(timeout=5)
+        if self._helpers:
+            self._helpers.stop()
+        self._ring.close()
+        self._proxy_ring.close()
+
+
+class NetListener:
+    """A rank's listening socket on its interface; `address` is what the other ranks connect to."""
+
+    def __init__(self, host: str, timeout_s: float):
+        self._sock = socket.create_server((host, 0), backlog=1024)
+        self.address = (host, self._sock.getsockname()[1])
+        self._timeout_s = timeout_s
+
+    def accept_links(self, tag: str, keys: set, nsocks: int, deadline: float) -> dict[tuple, list[socket.socket]]:
+        """The 1 + nsocks sockets of every connection in `keys`, in socket order, as their senders
+        connect; connections from other jobs or strays are dropped."""
+        want = {key: [None] * (1 + nsocks) for key in keys}
+        try:
+            self._accept_into(want, tag, nsocks, deadline)
+        except BaseException:
+            for socks in want.values():
+                for sock in socks:
+                    if sock is not None:
+                        sock.close()
+            raise
+        return want
+
+    def _accept_into(self, want: dict, tag: str, nsocks: int, deadline: float) -> None:
+        missing = sum(s is None for socks in want.values() for s in socks)
+        while missing:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waiting = sorted(k for k, socks in want.items() if any(s is None for s in socks))
+                raise NetError(f"{len(waiting)} connection(s) from other hosts did not arrive within "
+                               f"{self._timeout_s:g} s (first: channel {waiting[0][0]}, rank {waiting[0][1]} -> "
+                               f"rank {waiting[0][2]})", "net")
+            self._sock.settimeout(left)
+            try:
+                sock, _ = self._sock.accept()
+            except socket.timeout:
+                continue
+            sock.settimeout(max(0.1, min(left, 5.0)))
+            try:
+                head = bytearray(_HELLO.size)
+                _recv_into(sock, memoryview(head))
+            except OSError:
+                sock.close()
+                continue
+            job, *key, index = _HELLO.unpack(head)
+            key = tuple(key)
+            if job.rstrip(b"\0").decode(errors="replace") != tag[:64] or key not in want \
+                    or index > nsocks or want[key][index] is not None:
+                sock.close()
+                continue
+            want[key][index] = sock
+            missing -= 1
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def fifo_name(tag: str, key: tuple, side: str) -> str:
+    """The name a NetLink's FIFO has under /dev/shm for the instant between making and mapping it."""
+    return f"nicksim-{tag}-c{key[0]}-{key[1]}to{key[2]}-{key[3]}-{side}{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class NetPeers:
+    """What a rank needs to reach ranks on other hosts: each rank's node and listening address,
+    its own listener, and the sockets per connection."""
+
+    nodes: tuple[int, ...]
+    addresses: tuple[tuple[str, int], ...]
+    listener: NetListener
+    config: SocketConfig
