@@ -450,9 +450,6 @@ def _run_real(args, params: Params) -> int:
     from .realhw.launch import rank_env, root_address
     from .realhw.runner import HOST_SYSTEM, MAX_RANKS_PER_HOST, RunOptions, run_rank, spawn
     collective = collective_name(args.collective)
-    if collective in ("alltoall", "sendrecv"):
-        raise UsageError(f"{collective} is not run by the real backend yet (its point-to-point plans are not "
-                         "executed)", "COLL", "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
     dtype, redop = dtype_name(args.datatype), redop_name(args.op)
     env = rank_env(os.environ)
     if env is None:  # no launcher: start the ranks here, each of them joining as under one

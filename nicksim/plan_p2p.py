@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from math import gcd
 
 from .calls import Call
+from .connect import p2p_channels, p2p_chunk_nbytes
 from .errors import UsageError
-from .plan import ChannelProgram, Prim, Stream
+from .plan import ChannelProgram, Plan, Prim, Stream
 
 __all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks",
-           "u32fp8_round"]
+           "u32fp8_round", "P2pSetup", "p2p_setup"]
 
 NCCL_STEPS = 8
 P2P_LL_THRESHOLD_NBYTES = 16384  # NCCL_P2P_LL_THRESHOLD
@@ -275,3 +276,41 @@ def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channel
             name = f"{'send' if t.send else 'recv'} r{t.round} peer {t.peer} part {part}"
             streams.setdefault(channel, []).append(Stream(name, tuple(prims), t.protocol))
     return tuple(ChannelProgram(c, tuple(s)) for c, s in sorted(streams.items()))
+
+
+@dataclass(frozen=True)
+class P2pSetup:
+    """What a communicator fixes for its point-to-point plans: nodes and ranks per node, the
+    p2p channels and channels per peer, the p2p chunk (a Simple slot) and the release's rules."""
+
+    nodes: int
+    per_node: int
+    n_channels: int
+    per_peer: int
+    chunk_nbytes: int
+    version_minor: int
+    group_size: int
+
+    def programs(self, call: Call, rank: int, chunks_per_prim: int = 1) -> tuple[ChannelProgram, ...]:
+        return p2p_programs(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,
+                            self.chunk_nbytes, self.version_minor, self.group_size, chunks_per_prim)
+
+    def stream_chunks(self, call: Call, rank: int) -> list[int]:
+        return p2p_stream_chunks(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,
+                                 self.chunk_nbytes, self.version_minor, self.group_size)
+
+    def plan_record(self, call: Call, programs: tuple[ChannelProgram, ...]) -> Plan:
+        """A Plan standing for the call: algorithm "P2P", Simple where any stream of `programs`
+        is Simple (else LL), the p2p chunk as the slot; its parts are per rank, so none."""
+        protocols = [s.protocol for prog in programs for s in prog.streams if s.protocol]
+        protocol = "Simple" if "Simple" in protocols or not protocols else "LL"
+        return Plan(call, "P2P", protocol, 640, self.n_channels, 0.0, self.chunk_nbytes, 1, 1, (), 0,
+                    self.version_minor)
+
+
+def p2p_setup(job) -> P2pSetup:
+    """The job's point-to-point setup (connect.py's channel counts and chunk, NCCL_P2P_SCHEDULE_GROUP_SIZE)."""
+    p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
+    return P2pSetup(job.nodes, len(job.paths.node_system.gpus()), p2p.n_channels, p2p.per_peer,
+                    p2p_chunk_nbytes(job.paths, job.nodes, job.params), job.system.rules.version.minor,
+                    int(job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE")))

@@ -13,6 +13,7 @@ from nicksim.choose import forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import plan_call, rank_programs
+from nicksim.plan_p2p import p2p_setup
 from nicksim.realhw.execute import ExecuteError, links_of, open_links, run_programs
 from nicksim.realhw.kernels import storage_dtype
 from nicksim.realhw.shm import ShmRing, segment_name
@@ -26,13 +27,13 @@ def host_job(nranks: int):
     return load_job(JobSpec(system="pcie-8x-rtx4090", gpus_per_node=nranks, nccl_version="2.30"), read_params({}))
 
 
-def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = None):
+def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = None, programs=None):
     """Every rank in its own thread; `idle_rank` sets up its connections and then runs nothing."""
     call = plan.call
     trees = job.tree_links() if plan.algorithm == "Tree" else {}
-    programs = {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
+    programs = programs or {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
     sends = [rank_input(call, r) for r in range(call.nranks)]
-    out_n = call.count * (call.nranks if call.collective == "all_gather" else 1)
+    out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
     recvs = [np.zeros(out_n, storage_dtype(call.dtype)) for _ in range(call.nranks)]
     barrier = threading.Barrier(call.nranks)
     errors = {}
@@ -58,8 +59,8 @@ def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = 
     return sends, recvs, errors
 
 
-def check(job, plan, tag):
-    sends, recvs, errors = run_all(job, plan, tag)
+def check(job, plan, tag, programs=None):
+    sends, recvs, errors = run_all(job, plan, tag, programs=programs)
     assert not errors, errors
     call = plan.call
     for r in range(call.nranks):
@@ -135,3 +136,16 @@ def test_a_rank_dying_while_connections_are_made_leaves_no_segment():
         t.join(timeout=30)
     assert set(errors) == {0, 1}
     assert [n for n in os.listdir("/dev/shm") if n.startswith(f"nicksim-{tag}-")] == []
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4, 8])
+def test_alltoall_and_sendrecv_deliver_every_piece(nranks):
+    """Point-to-point plans (plan_p2p.py): alltoall sends each rank a piece to itself too, so a
+    rank holds both ends of that connection."""
+    job = host_job(nranks)
+    setup = p2p_setup(job)
+    for collective in ("alltoall", "sendrecv"):
+        for count in (1, 4099, (1 << 18) + 5):
+            call = Call(collective, count, "half", "none", -1, nranks)
+            programs = {r: setup.programs(call, r) for r in range(nranks)}
+            check(job, setup.plan_record(call, programs[0]), f"t{os.getpid()}p2p{nranks}{collective}{count}", programs)

@@ -13,7 +13,7 @@ from netns import Hosts
 from nicksim.realhw.runner import free_port
 from test_bootstrap import GUARD_S
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
 
 
 @pytest.fixture(scope="module")

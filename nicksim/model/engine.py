@@ -31,12 +31,11 @@ from dataclasses import dataclass, field, replace
 import simpy
 
 from ..calls import Call
-from ..connect import p2p_channels, p2p_chunk_nbytes
 from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
 from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan,
                     plan_call, rank_programs)
-from ..plan_p2p import p2p_programs, p2p_stream_chunks
+from ..plan_p2p import p2p_setup
 from ..tuning import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
@@ -746,21 +745,13 @@ def _p2p_plan(job, call: Call, max_chunks: int) -> tuple[Plan, dict[int, tuple],
     """A plan record, every rank's programs for sendrecv / alltoall (plan_p2p.py) and their chunk
     factor: every `factor` consecutive chunks run as one primitive over their bytes, so that a rank
     runs no more than 8 x `max_chunks` of them over all its streams (at least 2 per stream)."""
-    per_node = len(job.paths.node_system.gpus())
-    minor = job.system.rules.version.minor
-    p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
-    chunk = p2p_chunk_nbytes(job.paths, job.nodes, job.params)
-    group = job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE")
-    args = (job.nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, minor, group)
-    lengths = [p2p_stream_chunks(call, r, *args) for r in range(job.nranks)]
+    p2p = p2p_setup(job)
+    lengths = [p2p.stream_chunks(call, r) for r in range(job.nranks)]
     longest = max((n for per_rank in lengths for n in per_rank), default=0)
     streams = max((len(per_rank) for per_rank in lengths), default=1)
     factor = max(1, -(-longest // max(2, 8 * max_chunks // max(1, streams))))
-    programs = {r: p2p_programs(call, r, *args, chunks_per_prim=factor) for r in range(job.nranks)}
-    protocols = [s.protocol for prog in programs[0] for s in prog.streams if s.protocol]
-    protocol = "Simple" if "Simple" in protocols or not protocols else "LL"
-    plan = Plan(call, "P2P", protocol, 640, p2p.n_channels, 0.0, chunk, 1, 1, (), 0, minor)
-    return plan, programs, factor
+    programs = {r: p2p.programs(call, r, chunks_per_prim=factor) for r in range(job.nranks)}
+    return p2p.plan_record(call, programs[0]), programs, factor
 
 
 def _programs(job, plan: Plan, ranks: Sequence[int] | None = None) -> dict[int, tuple]:

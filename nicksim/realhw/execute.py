@@ -14,7 +14,8 @@ far as its connections allow, as a GPU's CTAs would proceed side by side; a rank
 nothing for `timeout_s` raises ExecuteError naming the stream and the peer it waits on.
 
 Element offsets are the call's element space (plan.py): all_gather's output and reduce_scatter's
-input are the concatenation of every rank's piece.
+input are the concatenation of every rank's piece; sendrecv and alltoall move bytes, at the
+offsets plan_p2p.py gives each piece.
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from .kernels import combine, post_op, pre_op, storage_dtype
 from .net import NetLink, NetPeers, fifo_name
 from .shm import ShmRing, segment_name
 
-__all__ = ["ExecuteError", "open_links", "run_programs", "links_of"]
+__all__ = ["ExecuteError", "open_links", "run_programs", "links_of", "P2P_COLLECTIVES"]
+
+P2P_COLLECTIVES = ("alltoall", "sendrecv")
 
 _READS_INPUT = {"send", "copySend", "copy", "recvReduceSend", "recvReduceCopySend", "recvReduceCopy"}
 _WRITES_OUTPUT = {"copySend", "copy", "recvReduceCopySend", "recvReduceCopy", "recvCopySend", "recv"}
@@ -66,8 +69,9 @@ def _label(key: tuple) -> str:
 
 def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_nbytes: int, timeout_s: float,
                barrier, net: NetPeers | None = None) -> dict[tuple, ShmRing | NetLink]:
-    """This rank's connections, each a ShmRing (same node) or a NetLink (another node, through
-    `net`); `barrier()` returns once every rank has called it."""
+    """This rank's connections by ("recv" or "send", channel, src, dst, conn) — a rank sending to
+    itself holds both ends — each a ShmRing (same node) or a NetLink (another node, through `net`);
+    `barrier()` returns once every rank has called it."""
     recv_keys, send_keys = links_of(programs, rank)
 
     def local(key: tuple) -> bool:
@@ -76,20 +80,21 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_n
     links: dict[tuple, ShmRing | NetLink] = {}
     try:
         for key in sorted(k for k in recv_keys if local(k)):
-            links[key] = ShmRing.create(segment_name(tag, *key), step_nbytes, _label(key))
+            links[("recv", *key)] = ShmRing.create(segment_name(tag, *key), step_nbytes, _label(key))
         barrier()
         for key in sorted(send_keys):
             if local(key):
-                links[key] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
+                links[("send", *key)] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
             else:
-                links[key] = NetLink.connect(fifo_name(tag, key, "send"), step_nbytes, _label(key),
-                                             tuple(net.addresses[key[2]]), tag, key, net.config, timeout_s)
+                links[("send", *key)] = NetLink.connect(fifo_name(tag, key, "send"), step_nbytes, _label(key),
+                                                        tuple(net.addresses[key[2]]), tag, key, net.config,
+                                                        timeout_s)
         remote = {k for k in recv_keys if not local(k)}
         if remote:
             accepted = net.listener.accept_links(tag, remote, net.config.nsocks, time.monotonic() + timeout_s)
             for key in sorted(accepted):
-                links[key] = NetLink(fifo_name(tag, key, "recv"), step_nbytes, _label(key), "recv", accepted[key],
-                                     net.config, timeout_s)
+                links[("recv", *key)] = NetLink(fifo_name(tag, key, "recv"), step_nbytes, _label(key), "recv",
+                                                accepted[key], net.config, timeout_s)
         barrier()
     except BaseException:
         # A peer that dies while connections are made must leave no segment behind: this rank's
@@ -100,7 +105,7 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_n
             _unlink_quietly(segment_name(tag, *key))
         raise
     for key in recv_keys:
-        links[key].unlink()
+        links[("recv", *key)].unlink()
     return links
 
 
@@ -138,15 +143,43 @@ class _Buffers:
         return self.recvbuf[offset - self.out_base:offset - self.out_base + n]
 
 
+class _P2pBuffers(_Buffers):
+    """sendrecv's and alltoall's byte space (plan_p2p.py): the piece src -> dst sits at
+    (src x nranks + dst) x piece for alltoall, src x piece for sendrecv; a rank sends from its
+    input's piece for dst and receives into its output's piece for src. Both buffers are bytes."""
+
+    def __init__(self, call: Call, sendbuf: np.ndarray, recvbuf: np.ndarray):
+        self.sendbuf, self.recvbuf = sendbuf.view(np.uint8), recvbuf.view(np.uint8)
+        self.piece = call.count * call.elem_nbytes
+        self.alltoall = call.collective == "alltoall"
+        self.nranks = call.nranks
+
+    def _split(self, offset: int) -> tuple[int, int, int]:
+        piece, within = divmod(offset, self.piece) if self.piece else (0, 0)
+        src, dst = divmod(piece, self.nranks) if self.alltoall else (piece, 0)
+        return src, dst, within
+
+    def input(self, offset: int, n: int) -> np.ndarray:
+        _, dst, within = self._split(offset)
+        start = (dst * self.piece if self.alltoall else 0) + within
+        return self.sendbuf[start:start + n]
+
+    def output(self, offset: int, n: int) -> np.ndarray:
+        src, _, within = self._split(offset)
+        start = (src * self.piece if self.alltoall else 0) + within
+        return self.recvbuf[start:start + n]
+
+
 def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, links: dict[tuple, ShmRing],
                  sendbuf: np.ndarray, recvbuf: np.ndarray, step_nbytes: int, timeout_s: float) -> None:
     """Run `rank`'s programs for `call` to the end (see the module's docstring)."""
-    dtype = call.dtype
+    if call.collective in P2P_COLLECTIVES:  # moved as bytes, reduced never
+        dtype, op, reducing, bufs = "uint8", "sum", False, _P2pBuffers(call, sendbuf, recvbuf)
+    else:
+        dtype, op, reducing = call.dtype, (call.redop if call.redop != "none" else "sum"), call.redop != "none"
+        bufs = _Buffers(call, rank, sendbuf, recvbuf)
     elem = np.dtype(storage_dtype(dtype)).itemsize
     step_elems = max(1, step_nbytes // elem)
-    op = call.redop if call.redop != "none" else "sum"
-    reducing = call.redop != "none"
-    bufs = _Buffers(call, rank, sendbuf, recvbuf)
     streams = [_Stream(prog.channel, s.name, s.prims) for prog in programs for s in prog.streams]
     for stream in streams:
         for prim in stream.prims:
@@ -160,8 +193,8 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
             while stream.index < len(stream.prims):
                 active = True
                 prim = stream.prims[stream.index]
-                recvs = [links[(stream.channel, src, rank, prim.conn)] for src in prim.recv_from]
-                sends = [links[(stream.channel, rank, dst, prim.conn)] for dst in prim.send_to]
+                recvs = [links[("recv", stream.channel, src, rank, prim.conn)] for src in prim.recv_from]
+                sends = [links[("send", stream.channel, rank, dst, prim.conn)] for dst in prim.send_to]
                 prim_steps = max(1, -(-prim.nelem // step_elems))
                 steps = min([prim_steps - stream.step, _BATCH_STEPS] + [r.ready_steps() for r in recvs]
                             + [s.free_steps() for s in sends])
@@ -237,9 +270,9 @@ def _stuck(streams: list[_Stream], rank: int, links: dict[tuple, ShmRing], timeo
             continue
         prim = stream.prims[stream.index]
         waits = [f"rank {src} to send" for src in prim.recv_from
-                 if not links[(stream.channel, src, rank, prim.conn)].can_recv()]
+                 if not links[("recv", stream.channel, src, rank, prim.conn)].can_recv()]
         waits += [f"rank {dst} to free a slot" for dst in prim.send_to
-                  if not links[(stream.channel, rank, dst, prim.conn)].can_send()]
+                  if not links[("send", stream.channel, rank, dst, prim.conn)].can_send()]
         return (f"rank {rank} moved nothing for {timeout_s:g} s: channel {stream.channel} {stream.name} stream, "
                 f"{prim.op} of {prim.nelem} elements at {prim.offset}, waiting for {' and '.join(waits)}")
     return f"rank {rank} moved nothing for {timeout_s:g} s"

@@ -31,10 +31,11 @@ from ..errors import UsageError
 from ..job import JobSpec, load_job
 from ..params import Params
 from ..plan import plan_call, rank_programs
+from ..plan_p2p import p2p_setup
 from ..report import measurement, ResultRow
 from .agree import check_same_plan, plan_fingerprint
 from .bootstrap import Bootstrap
-from .execute import ExecuteError, open_links, run_programs
+from .execute import P2P_COLLECTIVES, ExecuteError, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .launch import RankEnv
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
@@ -105,7 +106,7 @@ class RunOptions:
 def rank_input(call: Call, rank: int) -> np.ndarray:
     """Rank `rank`'s send buffer: small whole values that differ by rank and element (exact in
     every type, so a reduction in any order gives the same integers)."""
-    n = call.count * (call.nranks if call.collective == "reduce_scatter" else 1)
+    n = call.count * (call.nranks if call.collective in ("reduce_scatter", "alltoall") else 1)
     values = (np.arange(n, dtype=np.int64) * 7 + rank * 13) % 9 - 4
     if call.dtype == "bfloat16":
         return from_float(values.astype(np.float32))
@@ -116,6 +117,10 @@ def expected_output(call: Call, rank: int, sends: list[np.ndarray]) -> np.ndarra
     """What `rank`'s receive buffer must hold after `call`, reducing in rank order (None: nothing)."""
     if call.collective == "all_gather":
         return np.concatenate(sends)
+    if call.collective == "alltoall":
+        return np.concatenate([s[rank * call.count:(rank + 1) * call.count] for s in sends])
+    if call.collective == "sendrecv":  # nccl-tests: from rank - 1
+        return sends[(rank - 1) % call.nranks]
     if call.collective == "broadcast":
         return sends[call.root]
     if call.collective == "reduce" and rank != call.root:
@@ -149,8 +154,8 @@ def _buffers(call: Call, rank: int, in_place: bool) -> tuple[np.ndarray, np.ndar
     """(send, receive) buffers, the send one a view into the receive one in place (as nccl-tests
     sets them: all_gather's input at the rank's own piece, reduce_scatter's output at its own)."""
     storage = storage_dtype(call.dtype)
-    out_n = call.count * (call.nranks if call.collective == "all_gather" else 1)
-    in_n = call.count * (call.nranks if call.collective == "reduce_scatter" else 1)
+    out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
+    in_n = call.count * (call.nranks if call.collective in ("reduce_scatter", "alltoall") else 1)
     if not in_place:
         return np.empty(in_n, storage), np.zeros(out_n, storage)
     if call.collective == "all_gather":
@@ -179,9 +184,15 @@ def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, optio
     send, recv = _buffers(call, rank, in_place)
     send[:] = rank_input(call, rank)
 
+    # In place, a point-to-point call sends from the buffer it receives into, and its pieces
+    # cross (sendrecv's whole buffer, alltoall's pieces for peers whose sends arrive first):
+    # the sends read a copy taken as the call starts, within the timed call.
+    snapshot = in_place and call.collective in P2P_COLLECTIVES
+
     def once():
         try:
-            run_programs(call, programs, rank, links, send, recv, step_nbytes, timeout_s)
+            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, step_nbytes,
+                         timeout_s)
         except (ExecuteError, ShmTimeoutError, NetError) as err:
             # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
             # that died (its connection closed) or hangs (it sends nothing).
@@ -208,10 +219,16 @@ def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, optio
 def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float,
               net: NetPeers | None) -> ResultRow:
     """Plan `call`, agree on the plan, connect, and time it out of place and in place."""
-    plan = plan_call(job.comm, call)
-    check_same_plan(_exchange(boot, plan_fingerprint(plan)))
-    trees = job.tree_links() if plan.algorithm == "Tree" else {}
-    programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
+    if call.collective in P2P_COLLECTIVES:
+        p2p = p2p_setup(job)
+        programs = p2p.programs(call, boot.rank)
+        plan = p2p.plan_record(call, programs)
+        check_same_plan(_exchange(boot, plan_fingerprint(plan)))
+    else:
+        plan = plan_call(job.comm, call)
+        check_same_plan(_exchange(boot, plan_fingerprint(plan)))
+        trees = job.tree_links() if plan.algorithm == "Tree" else {}
+        programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
     links = open_links(programs, boot.rank, tag, plan.step_nbytes, timeout_s, lambda: _exchange(boot, None), net)
     try:
         out = _timed(boot, call, programs, links, plan.step_nbytes, options, False, timeout_s)
