@@ -35,7 +35,7 @@ from .connect import (format_channel_counts, format_channels, format_nvls_heads,
                       p2p_chunk_nbytes)
 from .search import format_graph, graphs_xml
 from .topo import format_system
-from .trace import chrome_trace, format_link_report
+from .trace import chrome_trace, format_link_report, real_trace
 from .transports import connection_lines, ring_links, tree_links
 from .tuning import format_thread_thresholds, format_tuning_table, thread_thresholds
 from .xml import write_topo_xml
@@ -190,6 +190,8 @@ def _add_run_parser(sub) -> None:
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an NCCL_* / NICKSIM_* setting")
     _add_nccl_tests_flags(run, "check every element (#wrong)")
     run.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
+    run.add_argument("--trace", metavar="FILE", help="write one more call of the largest size, every pass over "
+                     "connection slots per rank, channel and peer, as Chrome trace JSON (opens in Perfetto)")
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(run=_run_real)
 
@@ -469,7 +471,7 @@ def _run_real(args, params: Params) -> int:
                          f"{env.size}, or leave -np out")
     sizes = tuple(sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes))
     options = RunOptions(collective, sizes, dtype, redop, args.root, args.iters, args.warmup_iters, args.check,
-                         args.nccl_version)
+                         args.nccl_version, bool(args.trace))
     step = f"{args.stepbytes}(bytes)" if args.stepbytes is not None else f"{args.stepfactor or 2}(factor)"
 
     def joined(layout: str):  # nccl-tests prints its header once every rank is up, then each row as it completes
@@ -484,7 +486,12 @@ def _run_real(args, params: Params) -> int:
         print(format_row(row, index=len(printed)), flush=True)
         printed.append(row)
 
-    rows = run_rank(env, root, options, params, joined, row_done)
+    def traced(row, spans):
+        other = {"bytes": row.nbytes, "collective": collective, "nranks": env.size, **row.plan,
+                 "time_us": row.out_of_place.time_us}
+        _write_json(args.trace, real_trace(spans, other))
+
+    rows = run_rank(env, root, options, params, joined, row_done, traced if args.trace else None)
     if env.rank == 0:
         print("\n".join(table_footer(collective, rows, threads=1)), flush=True)
         if args.json:

@@ -8,11 +8,12 @@ capacity and that load: where a what-if's bottleneck is.
 `chrome_trace(run)` promises a Chrome trace document (Trace Event Format; Perfetto and
 chrome://tracing open it): one process per rank, one thread per channel and stream, a complete
 event per slice a primitive moved (name: the primitive), and a counter per link carrying its rate
-in GB/s over time (process "links").
+in GB/s over time (process "links"). `real_trace(spans, other)` promises the same document for a
+run of the real backend: its spans are the passes each rank made over its connection slots.
 """
 from __future__ import annotations
 
-__all__ = ["format_link_report", "chrome_trace"]
+__all__ = ["format_link_report", "chrome_trace", "spans_trace", "real_trace"]
 
 
 def format_link_report(run, top: int = 10) -> list[str]:
@@ -37,21 +38,29 @@ def format_link_report(run, top: int = 10) -> list[str]:
     return lines
 
 
-def chrome_trace(run) -> dict:
-    """`run` (a model.engine.DesRun recorded with trace on) as a Chrome trace document."""
+def spans_trace(spans) -> list[dict]:
+    """Trace events for `spans`, (rank, channel, stream, op, start_us, end_us, args) each: one
+    process per rank, one thread per channel and stream, a complete event per span."""
     events: list[dict] = []
     threads: dict[tuple[int, int, str], int] = {}
-    for rank, channel, stream, op, start, end in run.spans:
+    for rank, channel, stream, op, start, end, args in spans:
         key = (rank, channel, stream)
         if key not in threads:
             threads[key] = tid = len([k for k in threads if k[0] == rank])
             events.append({"name": "thread_name", "ph": "M", "pid": rank, "tid": tid,
                            "args": {"name": f"channel {channel} {stream}"}})
         events.append({"name": op, "ph": "X", "pid": rank, "tid": threads[key], "ts": start, "dur": end - start,
-                       "args": {"channel": channel, "stream": stream}})
+                       "args": {"channel": channel, "stream": stream, **args}})
     for rank in sorted({k[0] for k in threads}):
         events.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"rank {rank}"}})
-    links_pid = 1 + max((k[0] for k in threads), default=-1)
+    return events
+
+
+def chrome_trace(run) -> dict:
+    """`run` (a model.engine.DesRun recorded with trace on) as a Chrome trace document."""
+    events = spans_trace([(*span, {}) for span in run.spans])
+    ranks = {e["pid"] for e in events}
+    links_pid = 1 + max(ranks, default=-1)
     events.append({"name": "process_name", "ph": "M", "pid": links_pid, "args": {"name": "links"}})
     for time_us, link, gbps in run.link_series:
         events.append({"name": link, "ph": "C", "pid": links_pid, "ts": time_us, "args": {"GB/s": round(gbps, 3)}})
@@ -59,3 +68,9 @@ def chrome_trace(run) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "otherData": {"engine": "des", "bytes": plan.call.nbytes, "collective": plan.call.collective,
                           "algorithm": plan.algorithm, "protocol": plan.protocol, "time_us": run.time_us}}
+
+
+def real_trace(spans, other: dict) -> dict:
+    """A real run's spans (as spans_trace takes them) as a Chrome trace document of the same form
+    as a DES run's, without link counters; `other` describes the run."""
+    return {"traceEvents": spans_trace(spans), "displayTimeUnit": "ns", "otherData": {"engine": "real", **other}}

@@ -1,6 +1,7 @@
 """`nicksim run`: real processes on this host, joined by shared memory, reported as nccl-tests does."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,9 +12,12 @@ import numpy as np
 import pytest
 
 from nicksim.calls import Call, call_for_size
+from nicksim.constants import DEFAULT_VERSION
 from nicksim.errors import UsageError
+from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.realhw.runner import count_wrong, expected_output, free_port, host_id, node_layout, rank_input
+from nicksim.plan import plan_call, rank_programs
+from nicksim.realhw.runner import HOST_SYSTEM, count_wrong, expected_output, free_port, host_id, node_layout, rank_input
 from nicksim.report import read_results
 from test_bootstrap import GUARD_S
 
@@ -147,3 +151,29 @@ def test_nccl_hostid_names_the_host():
     assert host_id(read_params({})) == host_id(read_params({})) != ""
 
 
+
+
+def test_trace_records_every_step_of_every_rank(tmp_path):
+    """--trace: one Chrome trace of the largest size, each pass over slots an event; per rank and
+    channel the events cover exactly the steps its programs take."""
+    trace = tmp_path / "trace.json"
+    proc = nicksim("run", "all_reduce", "-np", "3", "-b", "48K", "-e", "3M", "-f", "64", "-n", "1", "-w", "0",
+                   "--trace", str(trace))
+    _, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 0, err
+    doc = json.loads(trace.read_text())
+    other = doc["otherData"]
+    assert other["engine"] == "real" and other["nranks"] == 3 and other["bytes"] == 3 << 20
+    job = load_job(JobSpec(system=HOST_SYSTEM, gpus_per_node=3, nccl_version=str(DEFAULT_VERSION.line)),
+                   read_params({}))
+    call = call_for_size("all_reduce", 3 << 20, "float", "sum", 0, 3)
+    plan = plan_call(job.comm, call)
+    assert (other["algorithm"], other["nchannels"]) == (plan.algorithm, plan.n_channels)
+    step_elems = plan.step_nbytes // 4
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in spans)
+    for rank in range(3):
+        for prog in rank_programs(plan, job.channels.rings, {}, rank):
+            want = sum(max(1, -(-p.nelem // step_elems)) for s in prog.streams for p in s.prims)
+            got = [e["args"]["steps"] for e in spans if e["pid"] == rank and e["args"]["channel"] == prog.channel]
+            assert sum(b - a for a, b in got) == want, (rank, prog.channel)

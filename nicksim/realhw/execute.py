@@ -171,8 +171,11 @@ class _P2pBuffers(_Buffers):
 
 
 def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, links: dict[tuple, ShmRing],
-                 sendbuf: np.ndarray, recvbuf: np.ndarray, step_nbytes: int, timeout_s: float) -> None:
-    """Run `rank`'s programs for `call` to the end (see the module's docstring)."""
+                 sendbuf: np.ndarray, recvbuf: np.ndarray, step_nbytes: int, timeout_s: float,
+                 spans: list | None = None) -> None:
+    """Run `rank`'s programs for `call` to the end (see the module's docstring). Where `spans` is a
+    list, each pass over slots appends (channel, stream, primitive, recv_from, send_to, first
+    step, steps, start, end), times from time.perf_counter in seconds."""
     if call.collective in P2P_COLLECTIVES:  # moved as bytes, reduced never
         dtype, op, reducing, bufs = "uint8", "sum", False, _P2pBuffers(call, sendbuf, recvbuf)
     else:
@@ -200,8 +203,12 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
                             + [s.free_steps() for s in sends])
                 if steps <= 0:
                     break
+                start = time.perf_counter()
                 _run_steps(prim, stream.step, steps, step_elems, recvs, sends, bufs, dtype, op, reducing,
                            call.nranks, timeout_s)
+                if spans is not None:
+                    spans.append((stream.channel, stream.name, prim.op, prim.recv_from, prim.send_to,
+                                  stream.step, steps, start, time.perf_counter()))
                 moved = True
                 stream.step += steps
                 if stream.step >= prim_steps:

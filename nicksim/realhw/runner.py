@@ -101,6 +101,7 @@ class RunOptions:
     warmup_iters: int
     check: int
     nccl_version: str
+    trace: bool = False  # record one more out-of-place call of the largest size, step by step
 
 
 def rank_input(call: Call, rank: int) -> np.ndarray:
@@ -217,8 +218,9 @@ def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, optio
 
 
 def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float,
-              net: NetPeers | None) -> ResultRow:
-    """Plan `call`, agree on the plan, connect, and time it out of place and in place."""
+              net: NetPeers | None, traced: bool) -> tuple[ResultRow, list | None]:
+    """Plan `call`, agree on the plan, connect, and time it out of place and in place; where
+    `traced`, every rank's spans of one more call (`_traced`)."""
     if call.collective in P2P_COLLECTIVES:
         p2p = p2p_setup(job)
         programs = p2p.programs(call, boot.rank)
@@ -233,12 +235,32 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
     try:
         out = _timed(boot, call, programs, links, plan.step_nbytes, options, False, timeout_s)
         inp = _timed(boot, call, programs, links, plan.step_nbytes, options, True, timeout_s)
+        spans = _traced(boot, call, programs, links, plan.step_nbytes, timeout_s) if traced else None
     finally:
         for ring in links.values():
             ring.close()
     plan_info = {"algorithm": plan.algorithm, "protocol": plan.protocol, "nchannels": plan.n_channels,
                  "nthreads": plan.n_threads}
-    return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, plan_info)
+    return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, plan_info), spans
+
+
+def _traced(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, timeout_s: float) -> list:
+    """One more out-of-place call, every pass over slots recorded; every rank's spans, (rank,
+    channel, stream, primitive, start_us, end_us, args), in microseconds from the moment the ranks
+    left the barrier before it (each rank by its own clock)."""
+    send, recv = _buffers(call, boot.rank, False)
+    send[:] = rank_input(call, boot.rank)
+    mine: list = []
+    _exchange(boot, None)
+    start = time.perf_counter()
+    try:
+        run_programs(call, programs, boot.rank, links, send, recv, step_nbytes, timeout_s, mine)
+    except (ExecuteError, ShmTimeoutError, NetError) as err:
+        _exchange(boot, {"stuck": err.line()})
+    ours = [[channel, stream, op, round((t0 - start) * 1e6, 3), round((t1 - start) * 1e6, 3),
+             {"recv_from": list(recv_from), "send_to": list(send_to), "steps": [first, first + steps]}]
+            for channel, stream, op, recv_from, send_to, first, steps, t0, t1 in mine]
+    return [(rank, *span) for rank, spans in enumerate(_exchange(boot, ours)) for span in spans]
 
 
 def host_id(params: Params) -> str:
@@ -289,10 +311,11 @@ def _net_peers(boot: Bootstrap, nodes: tuple[int, ...], params: Params, root: tu
 
 
 def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: Params,
-             on_joined=None, on_row=None) -> list[ResultRow]:
+             on_joined=None, on_row=None, on_trace=None) -> list[ResultRow]:
     """One rank's run (see the module docstring); rank 0 calls `on_joined(layout)` once every rank
-    has joined, with a phrase saying where they run, and `on_row(row)` as each size completes, and
-    returns the rows; the others return []."""
+    has joined, with a phrase saying where they run, `on_row(row)` as each size completes and,
+    with options.trace, `on_trace(row, spans)` for the largest size, and returns the rows; the
+    others return []."""
     timeout_s = float(params.get("NICKSIM_TIMEOUT"))
     with Bootstrap.join(env.rank, env.size, root, timeout_s) as boot:
         nodes = node_layout(_exchange(boot, host_id(params)))
@@ -308,9 +331,13 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
             rows = []
             for size in options.sizes:
                 call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
-                rows.append(_one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s, net))
+                traced = options.trace and size == options.sizes[-1]
+                row, spans = _one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s, net, traced)
+                rows.append(row)
                 if env.rank == 0 and on_row is not None:
-                    on_row(rows[-1])
+                    on_row(row)
+                if env.rank == 0 and spans is not None and on_trace is not None:
+                    on_trace(row, spans)
         finally:
             if net is not None:
                 net.listener.close()
