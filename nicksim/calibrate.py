@@ -142,7 +142,7 @@ def format_fit(f: Fit) -> list[str]:
         mark = "  <- chosen" if v == f.value else ("  (NCCL's own)" if v == neutral else "")
         lines.append(f"  {v:6g} {m:8.1f}{mark}")
     if f.held_out:
-        lines.append(f"# each source left out: the value fitted on the others, and its median error on the source")
+        lines.append("# each source left out: the value fitted on the others, and its median error on the source")
         for h in f.held_out:
             lines.append(f"  {h.source:<24} {h.value:6g} {h.median_pct:8.1f}   ({', '.join(h.cases)})")
         lines.append(f"# held out, over every size of every source: median {f.held_out_median_pct:.1f}% "

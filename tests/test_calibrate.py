@@ -1,5 +1,4 @@
 """`nicksim calibrate`: a DES parameter fitted to measured runs, and the error it leaves on sources left out."""
-import json
 from pathlib import Path
 
 import pytest

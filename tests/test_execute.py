@@ -17,7 +17,7 @@ from nicksim.plan_p2p import p2p_setup
 from nicksim.realhw.execute import ExecuteError, links_of, open_links, run_programs
 from nicksim.realhw.kernels import storage_dtype
 from nicksim.realhw.shm import ShmRing, segment_name
-from nicksim.realhw.runner import count_wrong, expected_output, rank_input
+from nicksim.realhw.runner import count_wrong, expected_output, rank_input, slot_nbytes
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
@@ -40,10 +40,10 @@ def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = 
 
     def rank_main(r):
         try:
-            links = open_links(programs[r], r, tag, plan.step_nbytes, timeout_s, barrier.wait)
+            links = open_links(programs[r], r, tag, plan.protocol, slot_nbytes(job, plan), timeout_s, barrier.wait)
             try:
                 if r != idle_rank:
-                    run_programs(call, programs[r], r, links, sends[r], recvs[r], plan.step_nbytes, timeout_s)
+                    run_programs(call, programs[r], r, links, sends[r], recvs[r], timeout_s)
             finally:
                 for ring in links.values():
                     ring.close()
@@ -123,7 +123,7 @@ def test_a_rank_dying_while_connections_are_made_leaves_no_segment():
 
     def survivor(r):
         try:
-            open_links(programs[r], r, tag, plan.step_nbytes, 5, barrier.wait)
+            open_links(programs[r], r, tag, plan.protocol, slot_nbytes(job, plan), 5, barrier.wait)
         except threading.BrokenBarrierError as err:
             errors[r] = err
 

@@ -160,3 +160,35 @@ def test_batches_of_steps_stop_at_the_last_slot_and_keep_each_steps_length():
         send.reserve(9, steps=2)
     send.close()
     recv.close()
+
+
+@pytest.mark.parametrize("protocol, line, data_per_line", [("LL", 16, 8), ("LL128", 128, 120)])
+def test_line_protocols_flag_every_line_and_carry_their_share_of_a_slot(protocol, line, data_per_line):
+    name = unique(protocol)
+    step_nbytes = 40 * line
+    recv = ShmRing.create(name, step_nbytes, "channel 0, rank 0 -> rank 1", protocol)
+    send = ShmRing.attach(name, step_nbytes, "channel 0, rank 0 -> rank 1", 1, protocol)
+    recv.unlink()
+    assert recv.data_nbytes == send.data_nbytes == 40 * data_per_line
+    rng = np.random.default_rng(0)
+    for step in range(2 * NCCL_STEPS + 3):  # every slot, reused: the flag tells the uses apart
+        payload = rng.integers(0, 256, size=1 + step * 37 % send.data_nbytes, dtype=np.uint8)
+        assert not recv.can_recv() and recv.ready_steps() == 0
+        send.send(payload, 1)
+        assert recv.ready_steps() == 1
+        slot = (step % NCCL_STEPS) * step_nbytes
+        lines = np.frombuffer(recv._buf, np.uint8, step_nbytes, 3 * 128 + slot)[:-(-payload.size // data_per_line) * line]
+        flags = lines.view(np.uint32 if protocol == "LL" else np.uint64).reshape(-1, line // (4 if protocol == "LL" else 8))
+        assert np.all(flags[:, 1::2] == step + 1) if protocol == "LL" else np.all(flags[:, 15] == step + 1)
+        assert recv.recv(1, nbytes=payload.size).tolist() == payload.tolist()
+        recv.release()
+    # Two steps in one pass, the second short; a receiver that expects more waits, then times out.
+    both = rng.integers(0, 256, size=send.data_nbytes + 5, dtype=np.uint8)
+    send.send(both, 1, steps=2)
+    assert recv.recv(1, steps=2, nbytes=both.size).tolist() == both.tolist()
+    recv.release(2)
+    send.send(np.ones(data_per_line, np.uint8), 1)
+    with pytest.raises(ShmTimeoutError, match="nothing arrived from the sender"):
+        recv.recv(0.2, nbytes=3 * data_per_line)
+    send.close()
+    recv.close()

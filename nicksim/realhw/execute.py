@@ -1,17 +1,20 @@
 """One rank's part of a collective: its channel programs run over its connections on real data.
 
-`open_links(programs, rank, tag, step_nbytes, timeout_s, barrier)` sets up a shared-memory
-connection for every peer a rank's programs receive from or send to: each rank makes the
-segments it receives on, waits at `barrier` for every rank to have done so, maps the segments it
-sends on, waits again, and drops the names (nothing remains under /dev/shm).
+`open_links(programs, rank, tag, protocol, step_nbytes, timeout_s, barrier, net)` sets up a
+connection for every peer a rank's programs receive from or send to: shared memory inside a node
+(each rank makes the segments it receives on, waits at `barrier` for every rank to have done so,
+maps the segments it sends on, waits again, and drops the names: nothing remains under /dev/shm),
+sockets to other nodes (net.py). Each is laid out for its protocol: Simple's slots, LL's and
+LL128's flagged lines (shm.py).
 
-`run_programs(call, programs, rank, links, sendbuf, recvbuf, step_nbytes, timeout_s)` runs the
-primitives of plan.py's programs as the device code does (prims_simple.h): a primitive moves its
-elements in steps of at most a connection slot; a rank adds its own input to what it receives
-(the operator's pre-step on its input, kernels.py), writes the output where the primitive copies,
-and forwards what it sends. One thread runs every channel and stream of the rank in turn, each as
-far as its connections allow, as a GPU's CTAs would proceed side by side; a rank that can move
-nothing for `timeout_s` raises ExecuteError naming the stream and the peer it waits on.
+`run_programs(call, programs, rank, links, sendbuf, recvbuf, timeout_s)` runs the primitives of
+plan.py's programs as the device code does (prims_simple.h, prims_ll.h, prims_ll128.h): a
+primitive moves its elements in steps of at most the data a connection's slot carries; a rank
+adds its own input to what it receives (the operator's pre-step on its input, kernels.py), writes
+the output where the primitive copies, and forwards what it sends. One thread runs every channel
+and stream of the rank in turn, each as far as its connections allow, as a GPU's CTAs would
+proceed side by side; a rank that can move nothing for `timeout_s` raises ExecuteError naming the
+stream and the peer it waits on.
 
 Element offsets are the call's element space (plan.py): all_gather's output and reduce_scatter's
 input are the concatenation of every rank's piece; sendrecv and alltoall move bytes, at the
@@ -62,17 +65,37 @@ def links_of(programs: tuple[ChannelProgram, ...], rank: int) -> tuple[set, set]
     return recv, send
 
 
+def link_protocols(programs: tuple[ChannelProgram, ...], rank: int, protocol: str) -> dict[tuple, str]:
+    """The protocol of each (side, channel, src, dst, conn) connection: its streams' own, else the
+    plan's `protocol` (a point-to-point transfer picks LL or Simple for itself)."""
+    out = {}
+    for prog in programs:
+        for stream in prog.streams:
+            for prim in stream.prims:
+                for src in prim.recv_from:
+                    out[("recv", prog.channel, src, rank, prim.conn)] = stream.protocol or protocol
+                for dst in prim.send_to:
+                    out[("send", prog.channel, rank, dst, prim.conn)] = stream.protocol or protocol
+    return out
+
+
 def _label(key: tuple) -> str:
     channel, src, dst, conn = key
     return f"channel {channel}, rank {src} -> rank {dst}" + (f" (connection {conn})" if conn else "")
 
 
-def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_nbytes: int, timeout_s: float,
-               barrier, net: NetPeers | None = None) -> dict[tuple, ShmRing | NetLink]:
+def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, protocol: str, step_nbytes: dict[str, int],
+               timeout_s: float, barrier, net: NetPeers | None = None) -> dict[tuple, ShmRing | NetLink]:
     """This rank's connections by ("recv" or "send", channel, src, dst, conn) — a rank sending to
-    itself holds both ends — each a ShmRing (same node) or a NetLink (another node, through `net`);
+    itself holds both ends — each a ShmRing laid out for its protocol (`link_protocols`; slots of
+    step_nbytes[protocol]) on the same node, or a NetLink to another node through `net`;
     `barrier()` returns once every rank has called it."""
     recv_keys, send_keys = links_of(programs, rank)
+    protocols = link_protocols(programs, rank, protocol)
+
+    def layout(side: str, key: tuple) -> tuple[int, str]:
+        proto = protocols[(side, *key)]
+        return step_nbytes[proto], proto
 
     def local(key: tuple) -> bool:
         return net is None or net.nodes[key[1]] == net.nodes[key[2]]
@@ -80,20 +103,24 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_n
     links: dict[tuple, ShmRing | NetLink] = {}
     try:
         for key in sorted(k for k in recv_keys if local(k)):
-            links[("recv", *key)] = ShmRing.create(segment_name(tag, *key), step_nbytes, _label(key))
+            nbytes, proto = layout("recv", key)
+            links[("recv", *key)] = ShmRing.create(segment_name(tag, *key), nbytes, _label(key), proto)
         barrier()
         for key in sorted(send_keys):
+            nbytes, proto = layout("send", key)
             if local(key):
-                links[("send", *key)] = ShmRing.attach(segment_name(tag, *key), step_nbytes, _label(key), timeout_s)
+                links[("send", *key)] = ShmRing.attach(segment_name(tag, *key), nbytes, _label(key), timeout_s,
+                                                       proto)
             else:
-                links[("send", *key)] = NetLink.connect(fifo_name(tag, key, "send"), step_nbytes, _label(key),
+                links[("send", *key)] = NetLink.connect(fifo_name(tag, key, "send"), nbytes, proto, _label(key),
                                                         tuple(net.addresses[key[2]]), tag, key, net.config,
                                                         timeout_s)
         remote = {k for k in recv_keys if not local(k)}
         if remote:
             accepted = net.listener.accept_links(tag, remote, net.config.nsocks, time.monotonic() + timeout_s)
             for key in sorted(accepted):
-                links[("recv", *key)] = NetLink(fifo_name(tag, key, "recv"), step_nbytes, _label(key), "recv",
+                nbytes, proto = layout("recv", key)
+                links[("recv", *key)] = NetLink(fifo_name(tag, key, "recv"), nbytes, proto, _label(key), "recv",
                                                 accepted[key], net.config, timeout_s)
         barrier()
     except BaseException:
@@ -107,6 +134,17 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, step_n
     for key in recv_keys:
         links[("recv", *key)].unlink()
     return links
+
+
+def _step_data_nbytes(channel: int, stream, rank: int, links: dict) -> int:
+    """The data one step of `stream` carries: its connections' (they share the stream's protocol);
+    a stream with none (a local copy) takes any step, so one of the largest."""
+    for prim in stream.prims:
+        for src in prim.recv_from:
+            return links[("recv", channel, src, rank, prim.conn)].data_nbytes
+        for dst in prim.send_to:
+            return links[("send", channel, rank, dst, prim.conn)].data_nbytes
+    return 1 << 22
 
 
 def _unlink_quietly(name: str) -> None:
@@ -123,6 +161,7 @@ class _Stream:
     channel: int
     name: str
     prims: tuple[Prim, ...]
+    step_elems: int
     index: int = 0
     step: int = 0
 
@@ -171,7 +210,7 @@ class _P2pBuffers(_Buffers):
 
 
 def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, links: dict[tuple, ShmRing],
-                 sendbuf: np.ndarray, recvbuf: np.ndarray, step_nbytes: int, timeout_s: float,
+                 sendbuf: np.ndarray, recvbuf: np.ndarray, timeout_s: float,
                  spans: list | None = None) -> None:
     """Run `rank`'s programs for `call` to the end (see the module's docstring). Where `spans` is a
     list, each pass over slots appends (channel, stream, primitive, recv_from, send_to, first
@@ -182,8 +221,8 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
         dtype, op, reducing = call.dtype, (call.redop if call.redop != "none" else "sum"), call.redop != "none"
         bufs = _Buffers(call, rank, sendbuf, recvbuf)
     elem = np.dtype(storage_dtype(dtype)).itemsize
-    step_elems = max(1, step_nbytes // elem)
-    streams = [_Stream(prog.channel, s.name, s.prims) for prog in programs for s in prog.streams]
+    streams = [_Stream(prog.channel, s.name, s.prims, max(1, _step_data_nbytes(prog.channel, s, rank, links) // elem))
+               for prog in programs for s in prog.streams]
     for stream in streams:
         for prim in stream.prims:
             if prim.op not in _KNOWN or any(p < 0 for p in prim.recv_from + prim.send_to):
@@ -198,6 +237,7 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
                 prim = stream.prims[stream.index]
                 recvs = [links[("recv", stream.channel, src, rank, prim.conn)] for src in prim.recv_from]
                 sends = [links[("send", stream.channel, rank, dst, prim.conn)] for dst in prim.send_to]
+                step_elems = stream.step_elems
                 prim_steps = max(1, -(-prim.nelem // step_elems))
                 steps = min([prim_steps - stream.step, _BATCH_STEPS] + [r.ready_steps() for r in recvs]
                             + [s.free_steps() for s in sends])
@@ -239,7 +279,7 @@ def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[S
     storage = storage_dtype(dtype)
     sources = []
     for ring in recvs:
-        got = ring.recv(timeout_s, steps).view(storage)
+        got = ring.recv(timeout_s, steps, n * np.dtype(storage).itemsize).view(storage)
         if got.size != n:
             raise ExecuteError(f"{ring.label}: a step of {got.size} elements where {prim.op} at {offset} expects {n} "
                                "(the ranks run different plans)", "run")

@@ -241,11 +241,14 @@ class NetLink:
     whose other side the proxy thread holds) and the sockets to the peer rank. Offers the calls
     the executor makes on a ShmRing; the first proxy failure is raised by the next of them."""
 
-    def __init__(self, name: str, step_nbytes: int, label: str, side: str, socks: list[socket.socket],
-                 config: SocketConfig, timeout_s: float):
-        self.label, self.side, self.step_nbytes = label, side, step_nbytes
-        mine = ShmRing.create(name, step_nbytes, label)
-        proxy = ShmRing.attach(name, step_nbytes, label, timeout_s)
+    def __init__(self, name: str, step_nbytes: int, protocol: str, label: str, side: str,
+                 socks: list[socket.socket], config: SocketConfig, timeout_s: float):
+        # A step crosses the wire as its data and length: the slots hold the data a step of the
+        # protocol carries (LL's and LL128's flagged lines are the shared-memory buffers' layout).
+        self.label, self.side, self.protocol = label, side, protocol
+        self.data_nbytes = self.step_nbytes = ShmRing.layout(protocol).step_data_nbytes(step_nbytes)
+        mine = ShmRing.create(name, self.data_nbytes, label)
+        proxy = ShmRing.attach(name, self.data_nbytes, label, timeout_s)
         mine.unlink()
         if side == "send":
             mine, proxy = proxy, mine  # the executor posts; the proxy takes the steps
@@ -263,8 +266,8 @@ class NetLink:
         self._thread.start()
 
     @classmethod
-    def connect(cls, name: str, step_nbytes: int, label: str, address: tuple[str, int], tag: str, key: tuple,
-                config: SocketConfig, timeout_s: float) -> "NetLink":
+    def connect(cls, name: str, step_nbytes: int, protocol: str, label: str, address: tuple[str, int], tag: str,
+                key: tuple, config: SocketConfig, timeout_s: float) -> "NetLink":
         """The sending end: connect the control socket and the data sockets to the receiver."""
         socks = []
         try:
@@ -277,7 +280,7 @@ class NetLink:
                 s.close()
             raise NetError(f"{label}: cannot connect to {address[0]}:{address[1]} ({err.strerror or err})",
                            "net") from None
-        return cls(name, step_nbytes, label, "send", socks, config, timeout_s)
+        return cls(name, step_nbytes, protocol, label, "send", socks, config, timeout_s)
 
     # --- the proxy thread --------------------------------------------------------------------
 
@@ -363,7 +366,7 @@ class NetLink:
         self._ring.send(data, timeout_s, steps)
         self._wake.set()
 
-    def recv(self, timeout_s: float, steps: int = 1) -> np.ndarray:
+    def recv(self, timeout_s: float, steps: int = 1, nbytes: int | None = None) -> np.ndarray:
         self._check()
         return self._ring.recv(timeout_s, steps)
 

@@ -39,9 +39,9 @@ from .execute import P2P_COLLECTIVES, ExecuteError, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .launch import RankEnv
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
-from .shm import ShmTimeoutError
+from .shm import NCCL_STEPS, ShmTimeoutError
 
-__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
+__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
 
 HOST_SYSTEM = "pcie-8x-rtx4090"  # GPUs with no P2P between them: every connection is SHM
 MAX_RANKS_PER_HOST = 8  # the GPUs HOST_SYSTEM has
@@ -178,8 +178,15 @@ def _exchange(boot: Bootstrap, item) -> list:
     return items
 
 
-def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, options: RunOptions, in_place: bool,
-           timeout_s: float):
+def slot_nbytes(job, plan) -> dict[str, int]:
+    """The slot of each protocol the plan's connections use: the plan's step; a point-to-point
+    transfer on LL steps through LL's buffer (comm->buffSizes / NCCL_STEPS) whatever the chunk."""
+    if plan.algorithm == "P2P":
+        return {plan.protocol: plan.step_nbytes, "LL": job.comm.buff_nbytes[0] // NCCL_STEPS}
+    return {plan.protocol: plan.step_nbytes}
+
+
+def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in_place: bool, timeout_s: float):
     """One placement of one size: warm-up, timed iterations, the check; its Measurement."""
     rank = boot.rank
     send, recv = _buffers(call, rank, in_place)
@@ -192,8 +199,7 @@ def _timed(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, optio
 
     def once():
         try:
-            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, step_nbytes,
-                         timeout_s)
+            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, timeout_s)
         except (ExecuteError, ShmTimeoutError, NetError) as err:
             # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
             # that died (its connection closed) or hangs (it sends nothing).
@@ -231,11 +237,12 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
         check_same_plan(_exchange(boot, plan_fingerprint(plan)))
         trees = job.tree_links() if plan.algorithm == "Tree" else {}
         programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
-    links = open_links(programs, boot.rank, tag, plan.step_nbytes, timeout_s, lambda: _exchange(boot, None), net)
+    links = open_links(programs, boot.rank, tag, plan.protocol, slot_nbytes(job, plan), timeout_s,
+                       lambda: _exchange(boot, None), net)
     try:
-        out = _timed(boot, call, programs, links, plan.step_nbytes, options, False, timeout_s)
-        inp = _timed(boot, call, programs, links, plan.step_nbytes, options, True, timeout_s)
-        spans = _traced(boot, call, programs, links, plan.step_nbytes, timeout_s) if traced else None
+        out = _timed(boot, call, programs, links, options, False, timeout_s)
+        inp = _timed(boot, call, programs, links, options, True, timeout_s)
+        spans = _traced(boot, call, programs, links, timeout_s) if traced else None
     finally:
         for ring in links.values():
             ring.close()
@@ -244,7 +251,7 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
     return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, plan_info), spans
 
 
-def _traced(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, timeout_s: float) -> list:
+def _traced(boot: Bootstrap, call: Call, programs, links, timeout_s: float) -> list:
     """One more out-of-place call, every pass over slots recorded; every rank's spans, (rank,
     channel, stream, primitive, start_us, end_us, args), in microseconds from the moment the ranks
     left the barrier before it (each rank by its own clock)."""
@@ -254,7 +261,7 @@ def _traced(boot: Bootstrap, call: Call, programs, links, step_nbytes: int, time
     _exchange(boot, None)
     start = time.perf_counter()
     try:
-        run_programs(call, programs, boot.rank, links, send, recv, step_nbytes, timeout_s, mine)
+        run_programs(call, programs, boot.rank, links, send, recv, timeout_s, mine)
     except (ExecuteError, ShmTimeoutError, NetError) as err:
         _exchange(boot, {"stuck": err.line()})
     ours = [[channel, stream, op, round((t0 - start) * 1e6, 3), round((t1 - start) * 1e6, 3),

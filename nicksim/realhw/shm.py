@@ -4,7 +4,8 @@ A segment holds NCCL_STEPS slots of `step_nbytes` and two counters, as NCCL's Si
 out a connection's FIFO: `tail`, the steps the sender has posted, and `head`, the steps the
 receiver has consumed, each in its own 128-byte line ahead of the slots. The sender waits for a
 free slot (tail - head < NCCL_STEPS), fills it, records its length and advances tail; the receiver
-waits for tail > head, reads the slot and advances head, which returns the slot's credit.
+waits for tail > head, reads the slot and advances head, which returns the slot's credit. LLRing
+and LL128Ring lay the slots out as NCCL's LL and LL128 do, in lines that carry their own flags.
 
 The receiver creates the segment, the sender attaches to it, and the creator unlinks the name as
 soon as both have it mapped (`unlink`), so nothing is left under /dev/shm however the processes
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..errors import NickSimError
 
-__all__ = ["NCCL_STEPS", "ShmRing", "ShmTimeoutError", "segment_name"]
+__all__ = ["NCCL_STEPS", "ShmRing", "LLRing", "LL128Ring", "ShmTimeoutError", "segment_name"]
 
 NCCL_STEPS = 8
 _LINE = 128  # the counters each get a cache line's worth of room (NCCL keeps head and tail apart)
@@ -45,8 +46,11 @@ class ShmRing:
     """One connection's FIFO of NCCL_STEPS slots in shared memory, seen from one side ("send" or
     "recv"); `label` names it in errors (e.g. 'channel 0, rank 1 -> rank 2')."""
 
+    protocol = "Simple"
+
     def __init__(self, name: str, step_nbytes: int, side: str, label: str, fd: int, buf: mmap.mmap, owner: bool):
         self.name, self.step_nbytes, self.side, self.label = name, step_nbytes, side, label
+        self.data_nbytes = self.step_data_nbytes(step_nbytes)
         self._fd, self._buf, self._owner = fd, buf, owner
         self._head = np.frombuffer(buf, np.uint64, 1, _HEAD)
         self._tail = np.frombuffer(buf, np.uint64, 1, _TAIL)
@@ -59,16 +63,29 @@ class ShmRing:
     def segment_nbytes(step_nbytes: int) -> int:
         return _SLOTS + NCCL_STEPS * step_nbytes
 
+    @staticmethod
+    def step_data_nbytes(step_nbytes: int) -> int:
+        """The data one step carries in a slot of `step_nbytes`: all of it, for Simple."""
+        return step_nbytes
+
+    @staticmethod
+    def layout(protocol: str) -> type["ShmRing"]:
+        """The ring class that lays a slot out for `protocol` (Simple, LL, LL128)."""
+        return _RING_OF[protocol]
+
     @classmethod
-    def create(cls, name: str, step_nbytes: int, label: str) -> "ShmRing":
-        """The receiving side: make the segment (zeroed: head = tail = 0)."""
+    def create(cls, name: str, step_nbytes: int, label: str, protocol: str = "Simple") -> "ShmRing":
+        """The receiving side: make the segment (zeroed: head = tail = 0, no flag set), laid out
+        for `protocol`."""
+        cls = _RING_OF[protocol]
         fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         os.ftruncate(fd, cls.segment_nbytes(step_nbytes))
         return cls(name, step_nbytes, "recv", label, fd, mmap.mmap(fd, cls.segment_nbytes(step_nbytes)), True)
 
     @classmethod
-    def attach(cls, name: str, step_nbytes: int, label: str, timeout_s: float) -> "ShmRing":
+    def attach(cls, name: str, step_nbytes: int, label: str, timeout_s: float, protocol: str = "Simple") -> "ShmRing":
         """The sending side: map the segment the receiver made, waiting for it up to `timeout_s`."""
+        cls = _RING_OF[protocol]
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -153,9 +170,10 @@ class ShmRing:
         self._step += steps
         self._tail[0] = self._step  # x86 keeps stores in order: the data and sizes are seen before the tail
 
-    def recv(self, timeout_s: float, steps: int = 1) -> np.ndarray:
+    def recv(self, timeout_s: float, steps: int = 1, nbytes: int | None = None) -> np.ndarray:
         """The next `steps` steps' bytes (a view into the slots: use it before `release`), every
-        step but the last taken as full, as a primitive posts them."""
+        step but the last taken as full, as a primitive posts them. Simple reads their length
+        from the slots; `nbytes`, what the receiver expects, is for the line protocols."""
         self._wait(lambda: self.ready_steps() >= steps, "nothing arrived from the sender", timeout_s)
         slot = self._step % NCCL_STEPS
         start = slot * self.step_nbytes
@@ -165,3 +183,131 @@ class ShmRing:
         """Give the steps just read back to the sender."""
         self._step += steps
         self._head[0] = self._step
+
+
+class _LineRing(ShmRing):
+    """A FIFO whose steps travel in lines that carry their own flag, as NCCL's LL and LL128
+    buffers do: the sender writes a step's data and then every line's flag (the step's number plus
+    one, so a slot's previous use never passes); the receiver knows how many bytes it expects,
+    waits until every line of them shows the flag, and reads the data out of the lines. The tail
+    counter and lengths are unused; the head still returns the slots' credit to the sender.
+    Subclasses give the line: its bytes, the data words it holds and where its flags sit."""
+
+    LINE_NBYTES = 16
+    WORD = np.uint32
+    DATA = slice(0)  # the line's data words
+    FLAGS = slice(0)  # its flag words
+    DATA_WORDS = 0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._stage = np.zeros(NCCL_STEPS * (self.data_nbytes + self._line_data_nbytes()), np.uint8)
+
+    @classmethod
+    def _line_data_nbytes(cls) -> int:
+        return cls.DATA_WORDS * np.dtype(cls.WORD).itemsize
+
+    @classmethod
+    def step_data_nbytes(cls, step_nbytes: int) -> int:
+        return step_nbytes // cls.LINE_NBYTES * cls._line_data_nbytes()
+
+    def _lines(self, slot: int, nbytes: int) -> np.ndarray:
+        """The lines of `slot` that `nbytes` of data fill, as (lines, words per line)."""
+        n_lines = -(-nbytes // self._line_data_nbytes())
+        start = slot * self.step_nbytes
+        words_per_line = self.LINE_NBYTES // np.dtype(self.WORD).itemsize
+        return self._data[start:start + n_lines * self.LINE_NBYTES].view(self.WORD).reshape(n_lines, words_per_line)
+
+    def _step_sizes(self, nbytes: int, steps: int) -> list[int]:
+        return [min(self.data_nbytes, nbytes - i * self.data_nbytes) for i in range(steps)]
+
+    # --- sending --------------------------------------------------------------------------
+
+    def reserve(self, nbytes: int, steps: int = 1) -> np.ndarray:
+        """Room for the next `steps` steps' data, outside the slots: `post` writes it into lines."""
+        if nbytes > steps * self.data_nbytes:
+            raise ValueError(f"{nbytes} bytes in {steps} steps of {self.data_nbytes}")
+        return self._stage[:nbytes]
+
+    def post(self, nbytes: int, steps: int = 1) -> None:
+        self._write_lines(self._stage[:nbytes], steps)
+
+    def send(self, data: np.ndarray, timeout_s: float, steps: int = 1) -> None:
+        payload = data.reshape(-1).view(np.uint8)
+        self._wait(lambda: self.free_steps() >= steps, "no free slot: the receiver took nothing", timeout_s)
+        if payload.size > steps * self.data_nbytes:
+            raise ValueError(f"{payload.size} bytes in {steps} steps of {self.data_nbytes}")
+        self._write_lines(payload, steps)
+
+    def _write_lines(self, payload: np.ndarray, steps: int) -> None:
+        line_data = self._line_data_nbytes()
+        offset = 0
+        for size in self._step_sizes(payload.size, steps):
+            lines = self._lines(self._step % NCCL_STEPS, max(1, size))  # an empty step still flags a line
+            if size % line_data or not size:  # the last line is padded
+                padded = np.zeros(len(lines) * line_data, np.uint8)
+                padded[:size] = payload[offset:offset + size]
+                words = padded.view(self.WORD)
+            else:
+                words = payload[offset:offset + size].view(self.WORD)
+            lines[:, self.DATA] = words.reshape(len(lines), self.DATA_WORDS)
+            lines[:, self.FLAGS] = self._step + 1  # after the data: x86 makes stores visible in order
+            offset += size
+            self._step += 1
+
+    # --- receiving ------------------------------------------------------------------------
+
+    def _flagged(self, slot: int, step: int, nbytes: int) -> bool:
+        lines = self._lines(slot, max(1, nbytes))
+        return bool(np.all(lines[:, self.FLAGS] == self.WORD(step + 1)))
+
+    def ready_steps(self) -> int:
+        """Steps whose first line shows its flag (the rest of the step follows it closely),
+        in slots that follow each other in memory."""
+        n = 0
+        while n < NCCL_STEPS - self._step % NCCL_STEPS and self._flagged((self._step + n) % NCCL_STEPS,
+                                                                         self._step + n, 1):
+            n += 1
+        return n
+
+    def can_recv(self) -> bool:
+        return self._flagged(self._step % NCCL_STEPS, self._step, 1)
+
+    def recv(self, timeout_s: float, steps: int = 1, nbytes: int | None = None) -> np.ndarray:
+        if nbytes is None:
+            raise ValueError(f"{self.protocol} needs the bytes it expects")
+        out, offset = self._stage, 0
+        for i, size in enumerate(self._step_sizes(nbytes, steps)):
+            step = self._step + i
+            slot = step % NCCL_STEPS
+            self._wait(lambda: self._flagged(slot, step, size), "nothing arrived from the sender", timeout_s)
+            lines = self._lines(slot, size)
+            words = out[offset:offset + len(lines) * self._line_data_nbytes()].view(self.WORD)
+            words.reshape(len(lines), self.DATA_WORDS)[:] = lines[:, self.DATA]
+            offset += size
+            if size % self._line_data_nbytes() and i < steps - 1:
+                raise ValueError("a short step before the last")
+        return out[:nbytes]
+
+
+class LLRing(_LineRing):
+    """LL: 16-byte lines of two 4-byte data words, each followed by its flag word (ncclLLFifoLine:
+    data1 flag1 data2 flag2), so a step carries half its slot."""
+
+    protocol = "LL"
+    LINE_NBYTES = 16
+    WORD = np.uint32
+    DATA, FLAGS, DATA_WORDS = slice(0, 4, 2), slice(1, 4, 2), 2
+
+
+class LL128Ring(_LineRing):
+    """LL128: 128-byte lines of fifteen 8-byte data words and one flag word, the line's last
+    (NCCL_LL128_LINEELEMS 16, NCCL_LL128_DATAELEMS 15), so a step carries 15/16 of its slot."""
+
+    protocol = "LL128"
+    LINE_NBYTES = 128
+    WORD = np.uint64
+    DATA, FLAGS, DATA_WORDS = slice(0, 15), slice(15, 16), 15
+
+
+_RING_OF = {"Simple": ShmRing, "LL": LLRing, "LL128": LL128Ring}
