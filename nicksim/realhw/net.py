@@ -12,17 +12,21 @@ Each side keeps the connection's NCCL_STEPS slots in its own host memory (a ShmR
 whose ends are in the process) and a proxy thread that moves steps between them and the
 sockets, so a `NetLink` offers the executor the same calls a ShmRing does. The sender's proxy
 takes each posted step, sends its length on the control socket (and the bytes too when there are
-no data sockets), and splits the bytes into tasks of at least NCCL_SOCKET_MIN_TASKSIZE over the
-data sockets in turn, each socket served by its helper thread; the receiver's proxy does the
-same in reverse into a free slot, so both ends cut every step alike. A closed or silent peer
-surfaces as NetError naming the connection.
+no data sockets, or when they fit NCCL_SOCKET_INLINE), and cuts the bytes into tasks of at least
+NCCL_SOCKET_MIN_TASKSIZE over the data sockets in turn, each socket served by its helper thread;
+the receiver's proxy does the same in reverse into a free slot, so both ends cut every step
+alike. Up to NCCL_STEPS steps are on the wire at once, and each side finishes them in order (the
+sender frees the slot, the receiver posts it). A closed or silent peer surfaces as NetError
+naming the connection.
 """
 from __future__ import annotations
 
+import collections
 import fcntl
 import itertools
 import os
 import queue
+import select
 import socket
 import struct
 import threading
@@ -33,7 +37,7 @@ import numpy as np
 
 from ..errors import NickSimError, UsageError
 from ..params import Params
-from .shm import ShmRing
+from .shm import NCCL_STEPS, ShmRing
 
 __all__ = ["NetError", "SocketConfig", "socket_config", "find_interfaces", "match_interfaces", "NetListener",
            "NetLink", "NetPeers", "link_hello", "fifo_name"]
@@ -191,15 +195,25 @@ def _tasks(nbytes: int, nsocks: int) -> list[tuple[int, int]]:
     return [(off, min(size, nbytes - off)) for off in range(0, nbytes, size)]
 
 
+class _Transfer:
+    """One step on the wire: its length and the tasks of it still moving (0: done)."""
+
+    __slots__ = ("nbytes", "left", "error")
+
+    def __init__(self, nbytes: int, left: int):
+        self.nbytes, self.left, self.error = nbytes, left, None
+
+
 class _Helpers:
     """NCCL_SOCKET_NTHREADS threads, each owning NCCL_NSOCKS_PERTHREAD of the data sockets and
-    running the tasks given to its sockets in order; `run(tasks)` returns when all are done."""
+    running the tasks given to its sockets in order. `start(view)` cuts a step into tasks, hands
+    them out in turn and returns its _Transfer at once; `on_done` is called as each task ends."""
 
-    def __init__(self, socks: list[socket.socket], config: SocketConfig, sending: bool, label: str):
-        self._socks, self._sending, self._label = socks, sending, label
+    def __init__(self, socks: list[socket.socket], config: SocketConfig, sending: bool, label: str, on_done):
+        self._socks, self._sending, self._on_done = socks, sending, on_done
         self._per_thread = max(1, config.nsocks_per_thread)
         self._queues = [queue.Queue() for _ in range(config.nthreads)]
-        self._done: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
         self._next = itertools.cycle(range(len(socks)))  # NCCL's comm->nextSock, kept across steps
         self._threads = [threading.Thread(target=self._serve, args=(q,), daemon=True, name=f"{label} helper {i}")
                          for i, q in enumerate(self._queues)]
@@ -211,25 +225,27 @@ class _Helpers:
             item = tasks.get()
             if item is None:
                 return
-            sock, view = item
+            sock, view, transfer = item
+            error = None
             try:
                 if self._sending:
                     sock.sendall(view)
                 else:
                     _recv_into(sock, view)
-                self._done.put(None)
             except OSError as err:
-                self._done.put(err)
+                error = err
+            with self._lock:
+                transfer.left -= 1
+                transfer.error = transfer.error or error
+            self._on_done()
 
-    def run(self, view: memoryview) -> None:
+    def start(self, view: memoryview) -> _Transfer:
         pieces = _tasks(len(view), len(self._socks))
+        transfer = _Transfer(len(view), len(pieces))
         for off, n in pieces:
             s = next(self._next)
-            self._queues[s // self._per_thread].put((self._socks[s], view[off:off + n]))
-        errors = [self._done.get() for _ in pieces]
-        failed = [e for e in errors if e is not None]
-        if failed:
-            raise failed[0]
+            self._queues[s // self._per_thread].put((self._socks[s], view[off:off + n], transfer))
+        return transfer
 
     def stop(self) -> None:
         for q in self._queues:
@@ -256,12 +272,16 @@ class NetLink:
         self._ctrl, self._data = socks[0], socks[1:]
         self._timeout_s = timeout_s
         self._error: BaseException | None = None
-        self._wake = threading.Event()
+        # The proxy sleeps in select() on this pair and the control socket; the executor and the
+        # helper threads write a byte to wake it.
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         self._stopping = False
         for s in socks:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.settimeout(None)
-        self._helpers = _Helpers(self._data, config, side == "send", label) if self._data else None
+        self._helpers = _Helpers(self._data, config, side == "send", label, self._poke) if self._data else None
         self._thread = threading.Thread(target=self._proxy_main, daemon=True, name=f"{label} proxy")
         self._thread.start()
 
@@ -285,52 +305,89 @@ class NetLink:
     # --- the proxy thread --------------------------------------------------------------------
 
     def _proxy_main(self) -> None:
+        inflight: collections.deque[_Transfer] = collections.deque()
         try:
             while not self._stopping:
-                if self.side == "send":
-                    self._forward_one()
-                else:
-                    self._receive_one()
+                moved = self._retire(inflight)
+                moved = (self._forward_next(inflight) if self.side == "send" else self._receive_next(inflight)) \
+                    or moved
+                if not moved:
+                    self._sleep(want_ctrl=self.side == "recv" and self._proxy_ring.credits() > len(inflight))
         except (OSError, ValueError) as err:
             if not self._stopping:
                 what = "closed its end" if isinstance(err, ConnectionError) else f"failed ({err})"
                 self._error = NetError(f"{self.label}: the peer's socket {what}", "net")
 
-    def _wait_for(self, ready) -> bool:
-        while not ready():
-            if self._stopping:
-                return False
-            self._wake.wait(0.01)
-            self._wake.clear()
-        return True
+    def _poke(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass  # already awake (the pair is full) or closing
 
-    def _forward_one(self) -> None:
-        if not self._wait_for(lambda: self._proxy_ring.can_recv()):
-            return
-        view = memoryview(self._proxy_ring.recv(self._timeout_s))
+    def _sleep(self, want_ctrl: bool) -> None:
+        """Until the executor or a helper pokes, or (receiving) the next step's length arrives."""
+        watched = [self._wake_r, self._ctrl] if want_ctrl else [self._wake_r]
+        select.select(watched, [], [], 0.05)
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _retire(self, inflight) -> bool:
+        """Finish the steps at the head of the line whose tasks all ended, in order: the sender
+        gives their slots back, the receiver posts them to the executor."""
+        moved = False
+        while inflight and inflight[0].left == 0:
+            transfer = inflight.popleft()
+            if transfer.error is not None:
+                raise transfer.error
+            if self.side == "send":
+                self._proxy_ring.release()
+            else:
+                self._proxy_ring.post(transfer.nbytes)
+            moved = True
+        return moved
+
+    def _forward_next(self, inflight) -> bool:
+        """Put the next posted step not yet on the wire there: its length on the control socket,
+        its bytes on the data sockets (or after the length)."""
+        if len(inflight) >= NCCL_STEPS:
+            return False
+        data = self._proxy_ring.posted_ahead(len(inflight))
+        if data is None:
+            return False
+        view = memoryview(data)
         inline = len(view) <= INLINE_NBYTES
         self._ctrl.sendall(_SIZE.pack(len(view)) + (bytes(view) if inline else b""))
-        if not inline:
-            if self._helpers:
-                self._helpers.run(view)
-            else:
+        if inline or not self._helpers:
+            if not inline:
                 self._ctrl.sendall(view)
-        self._proxy_ring.release()
+            inflight.append(_Transfer(len(view), 0))
+        else:
+            inflight.append(self._helpers.start(view))
+        return True
 
-    def _receive_one(self) -> None:
-        if not self._wait_for(lambda: self._proxy_ring.can_send()):
-            return
+    def _receive_next(self, inflight) -> bool:
+        """Take the next step's length off the control socket once a slot is free for it, and
+        its bytes into that slot (from the data sockets: several steps may be on the way)."""
+        if self._proxy_ring.credits() <= len(inflight):
+            return False
+        if self._helpers and not select.select([self._ctrl], [], [], 0)[0]:
+            return False
         head = bytearray(_SIZE.size)
         _recv_into(self._ctrl, memoryview(head))
         (nbytes,) = _SIZE.unpack(head)
         if not 0 <= nbytes <= self.step_nbytes:
             raise ValueError(f"a step of {nbytes} bytes in slots of {self.step_nbytes} (the ranks run different plans)")
-        slot = memoryview(self._proxy_ring.reserve(nbytes))
+        slot = memoryview(self._proxy_ring.slot_ahead(len(inflight), nbytes))
         if self._helpers and nbytes > INLINE_NBYTES:
-            self._helpers.run(slot)
-        elif nbytes:
-            _recv_into(self._ctrl, slot)
-        self._proxy_ring.post(nbytes)
+            inflight.append(self._helpers.start(slot))
+        else:
+            if nbytes:
+                _recv_into(self._ctrl, slot)
+            inflight.append(_Transfer(nbytes, 0))
+        return True
 
     # --- what the executor calls ---------------------------------------------------------------
 
@@ -359,12 +416,12 @@ class NetLink:
 
     def post(self, nbytes: int, steps: int = 1) -> None:
         self._ring.post(nbytes, steps)
-        self._wake.set()
+        self._poke()
 
     def send(self, data: np.ndarray, timeout_s: float, steps: int = 1) -> None:
         self._check()
         self._ring.send(data, timeout_s, steps)
-        self._wake.set()
+        self._poke()
 
     def recv(self, timeout_s: float, steps: int = 1, nbytes: int | None = None) -> np.ndarray:
         self._check()
@@ -372,7 +429,7 @@ class NetLink:
 
     def release(self, steps: int = 1) -> None:
         self._ring.release(steps)
-        self._wake.set()
+        self._poke()
 
     def unlink(self) -> None:
         pass  # the FIFO's name went when it was made
@@ -380,7 +437,7 @@ class NetLink:
     def close(self) -> None:
         """Stop the proxy and its helpers, close the sockets and the FIFO."""
         self._stopping = True
-        self._wake.set()
+        self._poke()
         for s in [self._ctrl, *self._data]:
             try:
                 s.shutdown(socket.SHUT_RDWR)
@@ -392,6 +449,8 @@ class NetLink:
             self._helpers.stop()
         self._ring.close()
         self._proxy_ring.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 class NetListener:

@@ -148,6 +148,24 @@ class ShmRing:
         """How many posted steps can be taken now, in slots that follow each other in memory."""
         return min(int(self._tail[0]) - self._step, NCCL_STEPS - self._step % NCCL_STEPS)
 
+    def credits(self) -> int:
+        """Slots free for the sender now, wherever they sit."""
+        return NCCL_STEPS - (self._step - int(self._head[0]))
+
+    def slot_ahead(self, ahead: int, nbytes: int) -> np.ndarray:
+        """The sender's slot `ahead` steps past the next one, `nbytes` of it, to fill before
+        it is posted (steps are posted in order; the caller keeps within `credits`)."""
+        start = ((self._step + ahead) % NCCL_STEPS) * self.step_nbytes
+        return self._data[start:start + nbytes]
+
+    def posted_ahead(self, ahead: int) -> np.ndarray | None:
+        """The receiver's view of the step `ahead` past the next one, if it has been posted."""
+        if int(self._tail[0]) <= self._step + ahead:
+            return None
+        slot = (self._step + ahead) % NCCL_STEPS
+        start = slot * self.step_nbytes
+        return self._data[start:start + int(self._sizes[slot])]
+
     def send(self, data: np.ndarray, timeout_s: float, steps: int = 1) -> None:
         """Post `steps` steps holding `data` (full slots but the last; may be empty)."""
         payload = data.reshape(-1).view(np.uint8)
