@@ -201,9 +201,10 @@ def _add_perf_parser(sub) -> None:
     perf.add_argument("collective", metavar="COLL", help=f"{', '.join(COLLECTIVES)} (or the _perf names)")
     _add_system_options(perf, positional=False)
     g = _add_nccl_tests_flags(perf, "check results (the model moves no data: #wrong prints N/A)")
-    perf.add_argument("--engine", default="model", choices=ENGINES,
-
-                      help="model: NCCL's time model; des: the discrete-event simulation of the fabric")
+    perf.add_argument("--engine", default="model", choices=(*ENGINES, "real"),
+                      help="model: NCCL's time model; des: the discrete-event simulation of the fabric; real: "
+                           "the job's plans run by a process per rank on this host (nicksim run), moving and "
+                           "checking real data")
     perf.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
                       help=f"a DES parameter for this run ({', '.join(PARAM_NAMES)}) or the bandwidth of "
                            f"every fabric link of a kind ({', '.join(LINK_KINDS)}); repeatable")
@@ -212,7 +213,7 @@ def _add_perf_parser(sub) -> None:
     perf.add_argument("--link-report", action="store_true",
                       help="after the table, the busiest links of the largest size (des): bytes, busy time, rate")
     perf.add_argument("--trace", metavar="FILE",
-                      help="write the largest size's run as Chrome trace JSON (des; opens in Perfetto)")
+                      help="write the largest size's run as Chrome trace JSON (des, real; opens in Perfetto)")
     perf.add_argument("--fault", action="append", default=[], metavar="SPEC",
                       help="des: link-down:LINK@TIME or degrade:LINK:FACTOR (LINK as `nicksim topo --links` "
                            "prints it; repeatable)")
@@ -448,12 +449,22 @@ def _run_search(args, params: Params) -> int:
     return 0
 
 
-def _run_real(args, params: Params) -> int:
+def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
+    """nicksim run (the host planned as a CPU-only node per host), or perf --engine real (`spec`'s
+    job planned, every rank a process here)."""
     from .realhw.launch import rank_env, root_address
-    from .realhw.runner import HOST_SYSTEM, MAX_RANKS_PER_HOST, RunOptions, run_rank, spawn
+    from .realhw.runner import HOST_SYSTEM, MAX_RANKS_PER_HOST, MAX_SPAWNED_RANKS, RunOptions, run_rank, spawn
     collective = collective_name(args.collective)
     dtype, redop = dtype_name(args.datatype), redop_name(args.op)
     env = rank_env(os.environ)
+    nranks = getattr(args, "nranks", None)
+    version = spec.nccl_version if spec is not None else args.nccl_version
+    if env is None and spec is not None:  # perf --engine real: a process per rank of the job
+        job_ranks = load_job(spec, params).nranks
+        if job_ranks > MAX_SPAWNED_RANKS:
+            raise UsageError(f"the job has {job_ranks} ranks, each a process on this host", "--engine real",
+                             f"a job of at most {MAX_SPAWNED_RANKS} ranks (--nodes, --gpus-per-node)")
+        return spawn(args.argv, job_ranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
     if env is None:  # no launcher: start the ranks here, each of them joining as under one
         if args.nranks is None:
             raise UsageError("no launcher started this process and -np is not given", "nicksim run",
@@ -466,16 +477,16 @@ def _run_real(args, params: Params) -> int:
     if root is None:
         raise UsageError(f"rank {env.rank} of {env.size} ({env.launcher}) has no root to join", "nicksim run",
                          "NICKSIM_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT")
-    if args.nranks is not None and args.nranks != env.size:
-        raise UsageError(f"-np {args.nranks} under {env.launcher}, which started {env.size} ranks", "-np",
+    if nranks is not None and nranks != env.size:
+        raise UsageError(f"-np {nranks} under {env.launcher}, which started {env.size} ranks", "-np",
                          f"{env.size}, or leave -np out")
     sizes = tuple(sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes))
     options = RunOptions(collective, sizes, dtype, redop, args.root, args.iters, args.warmup_iters, args.check,
-                         args.nccl_version, bool(args.trace))
+                         version, bool(args.trace), spec)
     step = f"{args.stepbytes}(bytes)" if args.stepbytes is not None else f"{args.stepfactor or 2}(factor)"
 
     def joined(layout: str):  # nccl-tests prints its header once every rank is up, then each row as it completes
-        print(f"# nicksim run {collective}: {layout}, NCCL {args.nccl_version} plans")
+        print(f"# nicksim {'run' if spec is None else 'perf'} {collective}: {layout}, NCCL {version} plans")
         print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
               f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
         print("\n".join(table_header()), flush=True)
@@ -495,12 +506,19 @@ def _run_real(args, params: Params) -> int:
     if env.rank == 0:
         print("\n".join(table_footer(collective, rows, threads=1)), flush=True)
         if args.json:
-            run = {"engine": "real", "system": HOST_SYSTEM, "nranks": env.size, "nccl_version": args.nccl_version}
+            run = {"engine": "real", "system": HOST_SYSTEM if spec is None else spec.system, "nranks": env.size,
+                   "nccl_version": version}
             Path(args.json).write_text(json.dumps(results_json(collective, rows, run), indent=1) + "\n")
     return 0
 
 
 def _run_perf(args, params: Params) -> int:
+    if args.engine == "real":
+        _check_des_flags(args)
+        for flag, given in (("--plan", args.plan), ("--print-tuning", args.print_tuning), ("--compare", args.compare)):
+            if given:
+                raise UsageError(f"{flag} is for the model and DES engines", flag, "--engine model or des")
+        return _run_real(args, params, _job_spec(args))
     collective = collective_name(args.collective)
     dtype, redop = dtype_name(args.datatype), redop_name(args.op)
     sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes)
@@ -573,7 +591,7 @@ def _check_des_flags(args) -> None:
     if args.engine == "des":
         return
     for flag, given in (("--set", args.sets), ("--calibration", args.calibration),
-                        ("--link-report", args.link_report), ("--trace", args.trace),
+                        ("--link-report", args.link_report), ("--trace", args.trace if args.engine != "real" else None),
                         ("--fault", args.fault), ("--straggler", args.straggler)):
         if given:
             raise UsageError(f"{flag} needs the DES engine", flag, "--engine des")

@@ -35,7 +35,8 @@ from .kernels import combine, post_op, pre_op, storage_dtype
 from .net import NetLink, NetPeers, fifo_name
 from .shm import ShmRing, segment_name
 
-__all__ = ["ExecuteError", "open_links", "run_programs", "links_of", "P2P_COLLECTIVES"]
+__all__ = ["ExecuteError", "open_links", "run_programs", "links_of", "link_protocols", "check_runnable",
+           "P2P_COLLECTIVES"]
 
 P2P_COLLECTIVES = ("alltoall", "sendrecv")
 
@@ -63,6 +64,19 @@ def links_of(programs: tuple[ChannelProgram, ...], rank: int) -> tuple[set, set]
                 recv |= {(prog.channel, src, rank, prim.conn) for src in prim.recv_from if src >= 0}
                 send |= {(prog.channel, rank, dst, prim.conn) for dst in prim.send_to if dst >= 0}
     return recv, send
+
+
+def check_runnable(programs: tuple[ChannelProgram, ...], algorithm: str = "") -> None:
+    """Raise UsageError where a program has a primitive the real backend cannot run: one that
+    reaches a switch (NVLS, CollNet) rather than a rank, or one it does not know."""
+    for prog in programs:
+        for stream in prog.streams:
+            for prim in stream.prims:
+                if prim.op not in _KNOWN or any(p < 0 for p in prim.recv_from + prim.send_to):
+                    what = f"{algorithm}'s " if algorithm else ""
+                    raise UsageError(f"the real backend cannot run {what}{prim.op} on channel {prog.channel}: it "
+                                     "reaches a switch (NVLink SHARP or CollNet), not a rank", "plan",
+                                     "ring, tree and point-to-point plans (NCCL_ALGO=Ring or Tree)")
 
 
 def link_protocols(programs: tuple[ChannelProgram, ...], rank: int, protocol: str) -> dict[tuple, str]:
@@ -221,13 +235,9 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
         dtype, op, reducing = call.dtype, (call.redop if call.redop != "none" else "sum"), call.redop != "none"
         bufs = _Buffers(call, rank, sendbuf, recvbuf)
     elem = np.dtype(storage_dtype(dtype)).itemsize
+    check_runnable(programs)
     streams = [_Stream(prog.channel, s.name, s.prims, max(1, _step_data_nbytes(prog.channel, s, rank, links) // elem))
                for prog in programs for s in prog.streams]
-    for stream in streams:
-        for prim in stream.prims:
-            if prim.op not in _KNOWN or any(p < 0 for p in prim.recv_from + prim.send_to):
-                raise UsageError(f"the real backend cannot run {prim.op} on channel {stream.channel} yet",
-                                 "plan", "ring and tree primitives between ranks")
     idle_since, idle_rounds = time.monotonic(), 0
     while True:
         moved, active = False, False

@@ -35,16 +35,17 @@ from ..plan_p2p import p2p_setup
 from ..report import measurement, ResultRow
 from .agree import check_same_plan, plan_fingerprint
 from .bootstrap import Bootstrap
-from .execute import P2P_COLLECTIVES, ExecuteError, open_links, run_programs
+from .execute import P2P_COLLECTIVES, ExecuteError, check_runnable, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .launch import RankEnv
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
 from .shm import NCCL_STEPS, ShmTimeoutError
 
-__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
+__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
 
 HOST_SYSTEM = "pcie-8x-rtx4090"  # GPUs with no P2P between them: every connection is SHM
 MAX_RANKS_PER_HOST = 8  # the GPUs HOST_SYSTEM has
+MAX_SPAWNED_RANKS = 16  # perf --engine real: a process per rank of another system's job, on this host
 
 
 def free_port() -> int:
@@ -102,6 +103,7 @@ class RunOptions:
     check: int
     nccl_version: str
     trace: bool = False  # record one more out-of-place call of the largest size, step by step
+    job_spec: JobSpec | None = None  # the job whose plans run (perf --engine real); None: the hosts'
 
 
 def rank_input(call: Call, rank: int) -> np.ndarray:
@@ -237,6 +239,7 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
         check_same_plan(_exchange(boot, plan_fingerprint(plan)))
         trees = job.tree_links() if plan.algorithm == "Tree" else {}
         programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
+    check_runnable(programs, plan.algorithm)
     links = open_links(programs, boot.rank, tag, plan.protocol, slot_nbytes(job, plan), timeout_s,
                        lambda: _exchange(boot, None), net)
     try:
@@ -297,9 +300,6 @@ def node_layout(hosts: list[str]) -> tuple[int, ...]:
         raise UsageError(f"the ranks sit on {len(order)} hosts unevenly or out of order ({counts})", "nicksim run",
                          "as many ranks on every host, numbered host by host (rank = host x ranks per host + "
                          "local rank)")
-    if per_node > MAX_RANKS_PER_HOST:
-        raise UsageError(f"{per_node} ranks on one host", "nicksim run", f"at most {MAX_RANKS_PER_HOST}: a host is "
-                         f"planned as {HOST_SYSTEM}, whose GPUs join by shared memory")
     return nodes
 
 
@@ -327,14 +327,15 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
     with Bootstrap.join(env.rank, env.size, root, timeout_s) as boot:
         nodes = node_layout(_exchange(boot, host_id(params)))
         nnodes = len(set(nodes))
+        job = _job_for(options, env.size, nnodes, params)
         net, ifname = _net_peers(boot, nodes, params, root, timeout_s)
         try:
-            job = load_job(JobSpec(system=HOST_SYSTEM, nodes=nnodes, gpus_per_node=env.size // nnodes,
-                                   nccl_version=options.nccl_version), params)
             # Segment names must match on every rank: rank 0's process and port name the job.
             job_tag = _exchange(boot, f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
             if env.rank == 0 and on_joined is not None:
-                on_joined(_layout_text(env.size, nnodes, ifname, net))
+                where = _layout_text(env.size, nnodes, ifname, net)
+                on_joined(where if options.job_spec is None else f"the plans of {job.system_name} ({job.nranks} ranks, "
+                          f"{job.nodes} node(s)) run by {where}")
             rows = []
             for size in options.sizes:
                 call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
@@ -349,6 +350,23 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
             if net is not None:
                 net.listener.close()
         return rows if env.rank == 0 else []
+
+
+def _job_for(options: RunOptions, nranks: int, nnodes: int, params: Params):
+    """The job whose plans the ranks run: options.job_spec's, which must have a rank per process;
+    else every host as a HOST_SYSTEM node of its ranks."""
+    if options.job_spec is not None:
+        job = load_job(options.job_spec, params)
+        if job.nranks != nranks:
+            raise UsageError(f"the job has {job.nranks} ranks and {nranks} processes run", "--engine real",
+                             f"{job.nranks} processes, one per rank")
+        return job
+    per_node = nranks // nnodes
+    if per_node > MAX_RANKS_PER_HOST:
+        raise UsageError(f"{per_node} ranks on one host", "nicksim run", f"at most {MAX_RANKS_PER_HOST}: a host is "
+                         f"planned as {HOST_SYSTEM}, whose GPUs join by shared memory")
+    return load_job(JobSpec(system=HOST_SYSTEM, nodes=nnodes, gpus_per_node=per_node,
+                            nccl_version=options.nccl_version), params)
 
 
 def _layout_text(nranks: int, nnodes: int, ifname: str, net: NetPeers | None) -> str:
