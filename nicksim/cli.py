@@ -452,7 +452,9 @@ def _run_search(args, params: Params) -> int:
 def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
     """nicksim run (the host planned as a CPU-only node per host), or perf --engine real (`spec`'s
     job planned, every rank a process here)."""
+    from .realhw.cuda_kernels import gpu_unavailable
     from .realhw.launch import rank_env, root_address
+    from .realhw.verbs import verbs_unavailable
     from .realhw.runner import HOST_SYSTEM, MAX_RANKS_PER_HOST, MAX_SPAWNED_RANKS, RunOptions, run_rank, spawn
     collective = collective_name(args.collective)
     dtype, redop = dtype_name(args.datatype), redop_name(args.op)
@@ -487,6 +489,7 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
 
     def joined(layout: str):  # nccl-tests prints its header once every rank is up, then each row as it completes
         print(f"# nicksim {'run' if spec is None else 'perf'} {collective}: {layout}, NCCL {version} plans")
+        print(f"# not used here: GPU kernels and CUDA IPC ({gpu_unavailable()}); IB verbs ({verbs_unavailable()})")
         print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
               f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
         print("\n".join(table_header()), flush=True)

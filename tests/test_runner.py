@@ -17,6 +17,8 @@ from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import plan_call, rank_programs
+from nicksim.realhw.cuda_kernels import gpu_unavailable
+from nicksim.realhw.verbs import verbs_unavailable
 from nicksim.realhw.runner import HOST_SYSTEM, count_wrong, expected_output, free_port, host_id, node_layout, rank_input
 from nicksim.report import read_results
 from test_bootstrap import GUARD_S
@@ -51,6 +53,8 @@ def test_run_prints_nccl_tests_table_and_every_element_is_right(collective, nran
     assert [row.nbytes for row in table.rows] == sizes and len(sizes) == 3
     assert all(row.out_of_place.nwrong == 0 and row.in_place.nwrong == 0 for row in table.rows)
     assert "# Out of bounds values : 0 OK" in out
+    assert out.splitlines()[1] == f"# not used here: GPU kernels and CUDA IPC ({gpu_unavailable()}); IB verbs " \
+                                  f"({verbs_unavailable()})"
     assert (tmp_path / "run.json").exists()
     assert segments() == before
 

@@ -27,7 +27,7 @@ import os
 from ..errors import NickSimError
 
 __all__ = ["KERNEL_SOURCE", "DTYPES", "OPS", "kernel_names", "compile_ptx", "NvrtcError", "GpuUnavailable",
-           "gpu_kernels"]
+           "gpu_kernels", "gpu_unavailable"]
 
 # kernels.py's type names -> (C storage type, how it computes: int, float or a 16-bit float).
 DTYPES = {
@@ -168,6 +168,20 @@ def _check(lib: ctypes.CDLL, result: int, call: str) -> None:
     if result != 0:
         lib.nvrtcGetErrorString.restype = ctypes.c_char_p
         raise NvrtcError(f"{call} failed: {lib.nvrtcGetErrorString(result).decode()}", "cuda")
+
+
+def gpu_unavailable() -> str:
+    """Why the real backend runs on the CPU here, in one phrase (nothing is compiled or loaded)."""
+    if importlib.util.find_spec("cupy") is None:
+        return "CuPy is not installed"
+    import cupy
+    try:
+        devices = cupy.cuda.runtime.getDeviceCount()
+    except cupy.cuda.runtime.CUDARuntimeError:
+        devices = 0
+    if devices == 0:
+        return "no CUDA device"
+    return f"CuPy sees {devices} GPU(s), but the CUDA IPC path that would drive the kernels is not built yet"
 
 
 def gpu_kernels():
