@@ -18,8 +18,8 @@ from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import plan_call, rank_programs
 from nicksim.realhw.cuda_kernels import gpu_unavailable
-from nicksim.realhw.verbs import verbs_unavailable
 from nicksim.realhw.runner import HOST_SYSTEM, count_wrong, expected_output, free_port, host_id, node_layout, rank_input
+from nicksim.realhw.verbs import verbs_unavailable
 from nicksim.report import read_results
 from test_bootstrap import GUARD_S
 
