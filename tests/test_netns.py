@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -29,8 +30,8 @@ def start(hosts: Hosts, per_host: int, args: list[str], **env) -> list:
     for rank in range(hosts.n * per_host):
         host = rank // per_host
         environ = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(hosts.n * per_host), LOCAL_RANK=str(rank % per_host),
-                       NICKSIM_COMM_ID=f"{hosts.address(0)}:{port}", NCCL_HOSTID=f"host{host}",
-                       NICKSIM_TIMEOUT="10", **env)
+                       NICKSIM_COMM_ID=f"{hosts.address(0)}:{port}", NCCL_HOSTID=f"host{host}")
+        environ.update({"NICKSIM_TIMEOUT": "10", **env})
         procs.append(hosts.popen(host, [sys.executable, "-m", "nicksim", "run", *args], environ,
                                  stdout=None if rank else -1, stderr=-1, text=True))
     return procs
@@ -87,3 +88,24 @@ def test_a_socket_interface_that_does_not_exist_is_named(two_hosts):
     assert [p.returncode for p in procs] == [2, 2]
     assert errs[0].startswith("nicksim: error: environment: NCCL_SOCKET_IFNAME==nosuch0 matches no interface with an "
                               f"IPv4 address (valid: one of lo, {two_hosts.ifname(0)}")
+
+
+def test_a_rank_that_hangs_on_the_other_host_is_named_by_its_peer(two_hosts):
+    """SIGSTOP keeps rank 1's sockets open, as a hung process does: rank 0 sees no step arrive
+    over the socket and names the stream and the rank it waits on after NICKSIM_TIMEOUT."""
+    procs = start(two_hosts, 1, ["all_reduce", "-b", "8M", "-e", "8M", "-n", "100000"], NICKSIM_TIMEOUT="3")
+    assert procs[0].stdout.readline().startswith("# nicksim run all_reduce: 2 ranks on 2 hosts")
+    time.sleep(1.5)  # past the plan's agreement and the connections, as a rule: into the iterations
+    procs[1].send_signal(signal.SIGSTOP)
+    try:
+        _, err = procs[0].communicate(timeout=GUARD_S)
+    finally:
+        procs[1].kill()
+        procs[1].wait(timeout=GUARD_S)
+    assert procs[0].returncode == 2, err
+    line = err.strip().splitlines()[-1]
+    if line.startswith("nicksim: error: run:"):  # stopped mid-collective: the stream and the peer, then the bootstrap
+        assert line.startswith("nicksim: error: run: rank 0 moved nothing for 3 s: channel "), line
+        assert "waiting for rank 1 to" in line and line.endswith("; and rank 1 sent nothing for 3 s (hung, not ended)")
+    else:  # stopped while the ranks still agreed on the plan or connected
+        assert line == "nicksim: error: bootstrap: rank 1 sent nothing for 3 s"

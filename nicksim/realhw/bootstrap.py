@@ -32,8 +32,9 @@ class BootstrapError(NickSimError):
 
     kind = "bootstrap"
 
-    def __init__(self, what: str, where: str = "bootstrap"):
+    def __init__(self, what: str, where: str = "bootstrap", silent: bool = False):
         super().__init__(what, where)
+        self.silent = silent  # a peer fell silent (hung) rather than closed its connection (ended)
 
 
 class _Garbled(Exception):
@@ -210,7 +211,7 @@ class Bootstrap:
         try:
             message = _recv(self._peers[peer], deadline)
         except socket.timeout:
-            self._fail(f"rank {peer} sent nothing for {self.timeout_s:g} s")
+            self._fail(f"rank {peer} sent nothing for {self.timeout_s:g} s", silent=True)
         except _Garbled as err:
             self._fail(f"rank {peer} sent {err}")
         if message is None:
@@ -227,10 +228,10 @@ class Bootstrap:
                 if "abort" not in message:
                     self._fail(f"rank {peer} closed its connection (the process ended or was killed)")
 
-    def _fail(self, what: str):
+    def _fail(self, what: str, silent: bool = False):
         self._broadcast({"abort": what})
         self.close()
-        raise BootstrapError(what)
+        raise BootstrapError(what, silent=silent)
 
     # --- the other ranks' side --------------------------------------------------------------
 
@@ -250,7 +251,7 @@ class Bootstrap:
         except socket.timeout:
             self.close()
             raise BootstrapError(f"rank {self.rank} heard nothing from the root for {self.timeout_s:g} s "
-                                 f"while {doing}") from None
+                                 f"while {doing}", silent=True) from None
         if message is None:
             self.close()
             raise BootstrapError(f"rank {self.rank} lost the root (rank 0 ended or was killed) while {doing}")

@@ -27,14 +27,14 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..calls import Call, call_for_size
-from ..errors import UsageError
+from ..errors import NickSimError, UsageError
 from ..job import JobSpec, load_job
 from ..params import Params
 from ..plan import plan_call, rank_programs
 from ..plan_p2p import p2p_setup
 from ..report import measurement, ResultRow
 from .agree import check_same_plan, plan_fingerprint
-from .bootstrap import Bootstrap
+from .bootstrap import Bootstrap, BootstrapError
 from .execute import P2P_COLLECTIVES, ExecuteError, check_runnable, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .launch import RankEnv
@@ -175,9 +175,21 @@ def _exchange(boot: Bootstrap, item) -> list:
     """allgather, where a rank that reports being stuck stops every rank with its reason."""
     items = boot.allgather(item)
     for rank, got in enumerate(items):
-        if isinstance(got, dict) and "stuck" in got:
-            raise ExecuteError(got["stuck"] if rank == boot.rank else f"rank {rank} stopped: {got['stuck']}", "run")
+        if isinstance(got, dict) and "stuck" in got:  # the reason as the stuck rank's error line says it
+            raise ExecuteError(got["stuck"]) if rank == boot.rank else \
+                ExecuteError(f"rank {rank} stopped: {got['stuck']}", "run")
     return items
+
+
+def _report_stuck(boot: Bootstrap, err: NickSimError) -> None:
+    """Stop every rank with this rank's reason for stopping (a peer that died or fell silent on
+    its connection). A peer silent on the bootstrap too has hung rather than died: say both."""
+    try:
+        _exchange(boot, {"stuck": err.line()})
+    except BootstrapError as lost:
+        if not lost.silent:
+            raise  # a rank whose process ended: the bootstrap's line says which
+        raise ExecuteError(f"{err.line()}; and {lost.what} (hung, not ended)") from None
 
 
 def slot_nbytes(job, plan) -> dict[str, int]:
@@ -205,7 +217,7 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
         except (ExecuteError, ShmTimeoutError, NetError) as err:
             # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
             # that died (its connection closed) or hangs (it sends nothing).
-            _exchange(boot, {"stuck": err.line()})
+            _report_stuck(boot, err)
 
     for _ in range(options.warmup_iters):
         once()
@@ -266,7 +278,7 @@ def _traced(boot: Bootstrap, call: Call, programs, links, timeout_s: float) -> l
     try:
         run_programs(call, programs, boot.rank, links, send, recv, timeout_s, mine)
     except (ExecuteError, ShmTimeoutError, NetError) as err:
-        _exchange(boot, {"stuck": err.line()})
+        _report_stuck(boot, err)
     ours = [[channel, stream, op, round((t0 - start) * 1e6, 3), round((t1 - start) * 1e6, 3),
              {"recv_from": list(recv_from), "send_to": list(send_to), "steps": [first, first + steps]}]
             for channel, stream, op, recv_from, send_to, first, steps, t0, t1 in mine]
