@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, NoReturn, Sequence
 
 import numpy as np
 
@@ -181,9 +181,10 @@ def _exchange(boot: Bootstrap, item) -> list:
     return items
 
 
-def _report_stuck(boot: Bootstrap, err: NickSimError) -> None:
+def _report_stuck(boot: Bootstrap, err: NickSimError) -> NoReturn:
     """Stop every rank with this rank's reason for stopping (a peer that died or fell silent on
-    its connection). A peer silent on the bootstrap too has hung rather than died: say both."""
+    its connection); it always raises. A peer silent on the bootstrap too has hung rather than
+    died: say both."""
     try:
         _exchange(boot, {"stuck": err.line()})
     except BootstrapError as lost:
@@ -252,8 +253,11 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
         trees = job.tree_links() if plan.algorithm == "Tree" else {}
         programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
     check_runnable(programs, plan.algorithm)
-    links = open_links(programs, boot.rank, tag, plan.protocol, slot_nbytes(job, plan), timeout_s,
-                       lambda: _exchange(boot, None), net)
+    try:
+        links = open_links(programs, boot.rank, tag, plan.protocol, slot_nbytes(job, plan), timeout_s,
+                           lambda: _exchange(boot, None), net)
+    except (ShmTimeoutError, NetError) as err:
+        _report_stuck(boot, err)  # a peer that never connected: the bootstrap says whether it ended
     try:
         out = _timed(boot, call, programs, links, options, False, timeout_s)
         inp = _timed(boot, call, programs, links, options, True, timeout_s)
