@@ -455,18 +455,23 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
     from .realhw.cuda_kernels import gpu_unavailable
     from .realhw.launch import rank_env, root_address
     from .realhw.verbs import verbs_unavailable
-    from .realhw.runner import HOST_SYSTEM, MAX_RANKS_PER_HOST, MAX_SPAWNED_RANKS, RunOptions, run_rank, spawn
+    from .realhw.runner import (HOST_SYSTEM, MAX_RANKS_PER_HOST, MAX_SPAWNED_RANKS, RunOptions, check_job_runnable,
+                                 run_rank, spawn)
     collective = collective_name(args.collective)
     dtype, redop = dtype_name(args.datatype), redop_name(args.op)
     env = rank_env(os.environ)
     nranks = getattr(args, "nranks", None)
     version = spec.nccl_version if spec is not None else args.nccl_version
+    sizes = tuple(sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes))
+    options = RunOptions(collective, sizes, dtype, redop, args.root, args.iters, args.warmup_iters, args.check,
+                         version, bool(args.trace), spec)
     if env is None and spec is not None:  # perf --engine real: a process per rank of the job
-        job_ranks = load_job(spec, params).nranks
-        if job_ranks > MAX_SPAWNED_RANKS:
-            raise UsageError(f"the job has {job_ranks} ranks, each a process on this host", "--engine real",
+        job = load_job(spec, params)
+        if job.nranks > MAX_SPAWNED_RANKS:
+            raise UsageError(f"the job has {job.nranks} ranks, each a process on this host", "--engine real",
                              f"a job of at most {MAX_SPAWNED_RANKS} ranks (--nodes, --gpus-per-node)")
-        return spawn(args.argv, job_ranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
+        check_job_runnable(job, options)
+        return spawn(args.argv, job.nranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
     if env is None:  # no launcher: start the ranks here, each of them joining as under one
         if args.nranks is None:
             raise UsageError("no launcher started this process and -np is not given", "nicksim run",
@@ -482,9 +487,6 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
     if nranks is not None and nranks != env.size:
         raise UsageError(f"-np {nranks} under {env.launcher}, which started {env.size} ranks", "-np",
                          f"{env.size}, or leave -np out")
-    sizes = tuple(sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes))
-    options = RunOptions(collective, sizes, dtype, redop, args.root, args.iters, args.warmup_iters, args.check,
-                         version, bool(args.trace), spec)
     step = f"{args.stepbytes}(bytes)" if args.stepbytes is not None else f"{args.stepfactor or 2}(factor)"
 
     def joined(layout: str):  # nccl-tests prints its header once every rank is up, then each row as it completes

@@ -41,7 +41,7 @@ from .launch import RankEnv
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
 from .shm import NCCL_STEPS, ShmTimeoutError
 
-__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
+__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "plan_rank", "check_job_runnable", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
 
 HOST_SYSTEM = "pcie-8x-rtx4090"  # GPUs with no P2P between them: every connection is SHM
 MAX_RANKS_PER_HOST = 8  # the GPUs HOST_SYSTEM has
@@ -238,20 +238,32 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
     return measurement(call.collective, call.nranks, call.nbytes, max(max(t for t, _ in times), 1e-3), total_wrong)
 
 
+def plan_rank(job, call: Call, rank: int):
+    """The plan of `call` (a P2P plan record for sendrecv and alltoall) and `rank`'s programs."""
+    if call.collective in P2P_COLLECTIVES:
+        p2p = p2p_setup(job)
+        programs = p2p.programs(call, rank)
+        return p2p.plan_record(call, programs), programs
+    plan = plan_call(job.comm, call)
+    trees = job.tree_links() if plan.algorithm == "Tree" else {}
+    return plan, rank_programs(plan, job.channels.rings, trees, rank)
+
+
+def check_job_runnable(job, options: RunOptions) -> None:
+    """Raise UsageError, before any rank starts, where a size's plan is one the real backend
+    cannot run (every rank would stop with the same line)."""
+    for size in options.sizes:
+        call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, job.nranks)
+        plan, programs = plan_rank(job, call, 0)
+        check_runnable(programs, plan.algorithm)
+
+
 def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float,
               net: NetPeers | None, traced: bool) -> tuple[ResultRow, list | None]:
     """Plan `call`, agree on the plan, connect, and time it out of place and in place; where
     `traced`, every rank's spans of one more call (`_traced`)."""
-    if call.collective in P2P_COLLECTIVES:
-        p2p = p2p_setup(job)
-        programs = p2p.programs(call, boot.rank)
-        plan = p2p.plan_record(call, programs)
-        check_same_plan(_exchange(boot, plan_fingerprint(plan)))
-    else:
-        plan = plan_call(job.comm, call)
-        check_same_plan(_exchange(boot, plan_fingerprint(plan)))
-        trees = job.tree_links() if plan.algorithm == "Tree" else {}
-        programs = rank_programs(plan, job.channels.rings, trees, boot.rank)
+    plan, programs = plan_rank(job, call, boot.rank)
+    check_same_plan(_exchange(boot, plan_fingerprint(plan)))
     check_runnable(programs, plan.algorithm)
     try:
         links = open_links(programs, boot.rank, tag, plan.protocol, slot_nbytes(job, plan), timeout_s,
