@@ -80,13 +80,22 @@ def test_every_collective_on_the_ring_delivers_every_element(nranks, protocol):
             check(job, plan, f"t{os.getpid()}{nranks}{protocol}{collective}{count}")
 
 
-@pytest.mark.parametrize("dtype, op", [("int8", "sum"), ("uint8", "prod"), ("int64", "max"), ("uint32", "min"),
-                                       ("int32", "avg"), ("half", "avg"), ("bfloat16", "sum"), ("double", "prod"),
-                                       ("float", "min"), ("uint64", "sum")])
-def test_every_type_and_operator_through_all_reduce(dtype, op):
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double",
+                                   "bfloat16"])
+def test_every_type_and_operator_through_all_reduce_and_reduce_scatter(dtype):
     job = host_job(3)
-    call = Call("all_reduce", 12345, dtype, op, -1, 3)
-    check(job, plan_call(job.comm, call), f"t{os.getpid()}{dtype}{op}")
+    for op in ("sum", "prod", "max", "min", "avg"):
+        for collective, count in (("all_reduce", 12345), ("reduce_scatter", 4099)):
+            call = Call(collective, count, dtype, op, -1, 3)
+            check(job, plan_call(job.comm, call), f"t{os.getpid()}{dtype}{op}{collective}")
+
+
+def test_every_collective_on_eight_ranks_at_an_odd_size():
+    job = host_job(8)
+    for collective in COLLECTIVES:
+        call = Call(collective, 100003, "float", "sum" if collective in ("all_reduce", "reduce_scatter", "reduce")
+                    else "none", 5 if collective in ("broadcast", "reduce") else -1, 8)
+        check(job, plan_call(job.comm, call), f"t{os.getpid()}eight{collective}")
 
 
 def test_tree_all_reduce_runs_too():
