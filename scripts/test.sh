@@ -5,6 +5,6 @@ cd "$(dirname "$0")/.."
 python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 # The real backend's tests across hosts make network namespaces, veth pairs and tbf qdiscs.
 if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-    apt-get install -y -q iproute2 >/dev/null
+    apt-get update -q >/dev/null && apt-get install -y -q iproute2 >/dev/null
 fi
 python3 -m pytest -q "$@"
