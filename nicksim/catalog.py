@@ -1,9 +1,10 @@
 """Built-in systems, and turning a SYSTEM argument into a completed topology document.
 
 The catalog names NCCL-format XML files in the repository's `topologies/` folder, each
-written from public specifications. `resolve_system(spec)` accepts a catalog name or a path
-to a topology file; `load_node(spec, options)` reads it, completes it with fill.py and
-returns the document plus the notes of what was assumed.
+written from public specifications. `resolve_system(spec)` accepts a catalog name, "local"
+(this host's GPUs, detected as NCCL detects them: detect.py) or a path to a topology file;
+`load_node(spec, options)` reads it, completes it with fill.py and returns the document plus
+the notes of what was assumed.
 """
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
+from .detect import detect_topology
 from .errors import TopologyError, UnknownNameError
 from .fill import FillOptions, FilledTopology, fill_topology
 from .xml import TopoXml, read_topo_xml
 
-__all__ = ["CatalogEntry", "CATALOG", "DEFAULT_SYSTEM", "topology_dir", "resolve_system", "load_node"]
+__all__ = ["CatalogEntry", "CATALOG", "DEFAULT_SYSTEM", "LOCAL_SYSTEM", "topology_dir", "resolve_system", "load_node"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ CATALOG: Mapping[str, CatalogEntry] = MappingProxyType({e.name: e for e in (
     CatalogEntry("pcie-8x-l40s", "pcie-8x-l40s.xml", "l40s", "roce", "8x L40S behind 4 PCIe switches, no NVLink"),
 )})
 DEFAULT_SYSTEM = "dgx-h100"
+LOCAL_SYSTEM = "local"  # this host, detected through NVML and sysfs (detect.py)
 
 
 def topology_dir() -> Path:
@@ -55,6 +58,8 @@ def topology_dir() -> Path:
 
 def resolve_system(spec: str, where: str = "SYSTEM") -> tuple[TopoXml, CatalogEntry | None]:
     """Read the topology a SYSTEM argument names: a catalog name, or an XML file path."""
+    if spec.strip().lower() == LOCAL_SYSTEM:
+        return detect_topology(where=where), None
     entry = CATALOG.get(spec.strip().lower())
     if entry is not None:
         path = topology_dir() / entry.file
@@ -65,7 +70,8 @@ def resolve_system(spec: str, where: str = "SYSTEM") -> tuple[TopoXml, CatalogEn
     path = Path(spec)
     if path.suffix.lower() == ".xml" or path.exists() or "/" in spec:
         return read_topo_xml(path), None
-    raise UnknownNameError(f"unknown system '{spec}'", where, ", ".join(CATALOG) + ", or a topology .xml file")
+    raise UnknownNameError(f"unknown system '{spec}'", where,
+                           ", ".join(CATALOG) + f", {LOCAL_SYSTEM} (this host's GPUs), or a topology .xml file")
 
 
 def load_node(spec: str, options: FillOptions, where: str = "SYSTEM") -> tuple[FilledTopology, CatalogEntry | None]:

@@ -153,6 +153,11 @@ class _Search:
         self.gpu_pos = {g: k for k, g in enumerate(self.gpus)}
         self.net_pos = {n: k for k, n in enumerate(self.nets)}
         self.local_gpu = {n: _local_gpu_of_net(self.table, s, n) for n in self.nets}
+        self._local_gpus: dict[int, list[int]] = {}
+        self._twins: dict[int, list[int]] = {}
+        self._net_of_id = {}
+        for n in reversed(self.nets):  # the first NIC with an id, as a scan finds it
+            self._net_of_id[s.nodes[n].id] = n
         self.rank_of = [s.nodes[g].gpu.rank for g in self.gpus]
         cpus = s.of_kind("CPU")
         self.amd = bool(cpus) and s.nodes[cpus[0]].cpu.arch == CPU_ARCH["x86_64"] \
@@ -404,11 +409,14 @@ class _Search:
             self._candidates[key] = found
         return found
 
+    def local_gpus(self, net: int) -> list[int]:
+        """The GPUs closest to `net` (ncclTopoGetLocal): the static paths fix them for the whole search."""
+        if net not in self._local_gpus:
+            self._local_gpus[net] = _get_local(self.table, self.s, net, "GPU")
+        return self._local_gpus[net]
+
     def net_id_to_node(self, net_id: int) -> int:
-        for n in self.nets:
-            if self.s.nodes[n].id == net_id:
-                return n
-        raise KeyError(net_id)
+        return self._net_of_id[net_id]
 
     # -- NIC choice (ncclTopoSelectNets, ncclTopoSearchCheckNet)
     def select_nets(self, type_inter: int, gpu_k: int) -> list[int]:
@@ -682,7 +690,7 @@ class _Search:
                 local = self.local_gpu[n]
                 if local is not None:
                     self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, self.gpu_pos[local])
-                locals_ = _get_local(self.table, self.s, n, "GPU")
+                locals_ = self.local_gpus(n)
                 if not locals_:
                     continue  # search.cc skips this NIC without giving its bandwidth back
                 for k in locals_:
@@ -708,8 +716,10 @@ class _Search:
             return None
         g.inter[g.n_channels * 2] = net.id
         g.latency_inter = _f(net.net.latency_us)
-        twins = [m for m in self.nets if self.s.nodes[m].net.asic == net.net.asic
-                 and self.s.nodes[m].net.port == net.net.port]
+        twins = self._twins.get(n)
+        if twins is None:  # the NICs of one port share its bandwidth
+            twins = self._twins[n] = [m for m in self.nets if self.s.nodes[m].net.asic == net.net.asic
+                                      and self.s.nodes[m].net.port == net.net.port]
         for m in twins:
             self.net_bw[m] = _f(self.net_bw[m] - bw)
         return twins

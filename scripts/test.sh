@@ -7,4 +7,5 @@ python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
     apt-get update -q >/dev/null && apt-get install -y -q iproute2 >/dev/null
 fi
-python3 -m pytest -q "$@"
+# One worker per CPU (pytest-xdist): the suite is CPU-bound and its tests independent.
+python3 -m pytest -q -n auto "$@"
