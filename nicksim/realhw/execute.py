@@ -48,7 +48,6 @@ _KNOWN = _READS_INPUT | _WRITES_OUTPUT | {"recvCopySend"}
 # FIFO still lets the peer work on the other half.
 _BATCH_STEPS = 4
 
-
 class ExecuteError(NickSimError):
     """A rank could not run its part: a peer stopped moving, or a program it cannot run."""
 
@@ -282,14 +281,16 @@ def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[S
                bufs: _Buffers, dtype: str, op: str, reducing: bool, nranks: int, timeout_s: float) -> None:
     """`steps` consecutive slots' worth of `prim` from its step `step`, in one pass: the result
     lands once, in the output where the primitive writes one, else straight in the first send's
-    slots; the other sends copy it from there."""
+    slots; the other sends copy it from there. (Whole passes, not cache-sized blocks: a copy this
+    large streams to memory past the caches, which blocks would lose.)"""
     lo = min(prim.nelem, step * step_elems)
     n = min(prim.nelem, lo + steps * step_elems) - lo
     offset = prim.offset + lo
     storage = storage_dtype(dtype)
+    itemsize = np.dtype(storage).itemsize
     sources = []
     for ring in recvs:
-        got = ring.recv(timeout_s, steps, n * np.dtype(storage).itemsize).view(storage)
+        got = ring.recv(timeout_s, steps, n * itemsize).view(storage)
         if got.size != n:
             raise ExecuteError(f"{ring.label}: a step of {got.size} elements where {prim.op} at {offset} expects {n} "
                                "(the ranks run different plans)", "run")
@@ -299,26 +300,34 @@ def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[S
         sources.append(pre_op(own, op, dtype, nranks) if reducing else own)
     in_slot = not (prim.op in _WRITES_OUTPUT and n) and bool(sends)
     if in_slot:
-        dest = sends[0].reserve(n * np.dtype(storage).itemsize, steps).view(storage)
+        dest = sends[0].reserve(n * itemsize, steps).view(storage)
     elif prim.op in _WRITES_OUTPUT and n:
         dest = bufs.output(offset, n)
     else:
         dest = np.empty(n, storage)
-    if len(sources) == 1 and n:
+    _combine_into(dest, sources, op, dtype, nranks, reducing and prim.op in _FINAL)
+    for ring in sends[1 if in_slot else 0:]:
+        np.copyto(ring.reserve(n * itemsize, steps).view(storage), dest)
+    for ring in sends:
+        ring.post(n * itemsize, steps)
+    for ring in recvs:
+        ring.release(steps)
+
+
+def _combine_into(dest: np.ndarray, sources: list[np.ndarray], op: str, dtype: str, nranks: int,
+                  final: bool) -> None:
+    """dest = the sources reduced by `op` (a copy of the one source), then avg's division where
+    the reduction is `final`."""
+    if len(sources) == 1:
         np.copyto(dest, sources[0])
     elif len(sources) > 1:
         combine(sources[0], sources[1], op, dtype, out=dest)
         for more in sources[2:]:
             combine(dest, more, op, dtype, out=dest)
-    if reducing and prim.op in _FINAL and n:
-        dest[:] = post_op(dest, op, dtype, nranks)
-    for i, ring in enumerate(sends):
-        if i == 0 and in_slot:
-            ring.post(dest.nbytes, steps)
-        else:
-            ring.send(dest, timeout_s, steps)
-    for ring in recvs:
-        ring.release(steps)
+    if final and sources:
+        result = post_op(dest, op, dtype, nranks)
+        if result is not dest:  # only an integer avg divides
+            dest[:] = result
 
 
 def _stuck(streams: list[_Stream], rank: int, links: dict[tuple, ShmRing], timeout_s: float) -> str:
