@@ -456,7 +456,7 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
     from .realhw.launch import rank_env, root_address
     from .realhw.verbs import verbs_unavailable
     from .realhw.runner import (HOST_SYSTEM, MAX_RANKS_PER_HOST, MAX_SPAWNED_RANKS, RunOptions, check_job_runnable,
-                                 run_rank, spawn)
+                                 run_device, run_rank, spawn)
     collective = collective_name(args.collective)
     dtype, redop = dtype_name(args.datatype), redop_name(args.op)
     env = rank_env(os.environ)
@@ -465,6 +465,8 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
     sizes = tuple(sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes))
     options = RunOptions(collective, sizes, dtype, redop, args.root, args.iters, args.warmup_iters, args.check,
                          version, bool(args.trace), spec)
+    if env is None:
+        run_device(params)  # a device that cannot be used is said once, before any rank starts
     if env is None and spec is not None:  # perf --engine real: a process per rank of the job
         job = load_job(spec, params)
         if job.nranks > MAX_SPAWNED_RANKS:
@@ -491,7 +493,10 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
 
     def joined(layout: str):  # nccl-tests prints its header once every rank is up, then each row as it completes
         print(f"# nicksim {'run' if spec is None else 'perf'} {collective}: {layout}, NCCL {version} plans")
-        print(f"# not used here: GPU kernels and CUDA IPC ({gpu_unavailable()}); IB verbs ({verbs_unavailable()})")
+        if str(params.get("NICKSIM_DEVICE")).strip().lower() == "gpu":
+            print(f"# not used here: IB verbs ({verbs_unavailable()})")
+        else:
+            print(f"# not used here: GPU kernels and CUDA IPC ({gpu_unavailable()}); IB verbs ({verbs_unavailable()})")
         print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
               f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
         print("\n".join(table_header()), flush=True)

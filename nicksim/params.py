@@ -137,6 +137,8 @@ KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_THREAD_THRESHOLDS", None, "str", "Tree and Ring thread thresholds: 'LL LL128 Simple LL LL128 Simple'"),
     _k("NICKSIM_COMM_ID", None, "str", "the real backend's bootstrap root, host:port (as NCCL_COMM_ID)"),
     _k("NICKSIM_TIMEOUT", 60, "int", "seconds the real backend waits on a peer before it gives up"),
+    _k("NICKSIM_DEVICE", "cpu", "str", "where the real backend's ranks run: cpu (shared memory, numpy) or gpu "
+                                       "(CUDA IPC, CuPy kernels; one host)"),
     _k("NCCL_NET_OVERHEAD", None, "int", "per-step network overhead in ns (tuning)"),
 )})
 

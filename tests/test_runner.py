@@ -68,6 +68,22 @@ def test_without_a_launcher_it_needs_np():
                            "(valid: -np N, or run under torchrun, mpirun or srun)")
 
 
+@pytest.mark.parametrize("device", ["gpu", "tpu"])
+def test_a_device_that_cannot_be_used_is_said_once_before_any_rank_starts(device):
+    proc = nicksim("run", "all_reduce", "-np", "2", "-b", "1K", "-e", "1K", "-c", "1",
+                   env=dict(os.environ, NICKSIM_DEVICE=device))
+    out, err = proc.communicate(timeout=GUARD_S)
+    if device == "gpu" and gpu_unavailable().startswith("CuPy sees"):  # a host with a GPU: it runs there
+        assert proc.returncode == 0, err
+        assert "GPUs (CUDA IPC, CuPy kernels)" in out.splitlines()[0]
+        return
+    assert proc.returncode == 2
+    want = (f"nicksim: error: cuda: NICKSIM_DEVICE=gpu, but {gpu_unavailable()} (valid: a host with an NVIDIA GPU "
+            "and pip install 'nicksim[gpu]', or NICKSIM_DEVICE=cpu)") if device == "gpu" else \
+        "nicksim: error: NICKSIM_DEVICE: NICKSIM_DEVICE=tpu (valid: cpu or gpu)"
+    assert err.strip() == want
+
+
 def launched(rank: int, size: int, port: int, *args, **env):
     """A rank as torchrun would start it."""
     environ = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),

@@ -181,7 +181,7 @@ def gpu_unavailable() -> str:
         devices = 0
     if devices == 0:
         return "no CUDA device"
-    return f"CuPy sees {devices} GPU(s), but the CUDA IPC path that would drive the kernels is not built yet"
+    return f"CuPy sees {devices} GPU(s): NICKSIM_DEVICE=gpu runs the ranks on them"
 
 
 def gpu_kernels():

@@ -35,7 +35,7 @@ from .kernels import combine, post_op, pre_op, storage_dtype
 from .net import NetLink, NetPeers, fifo_name
 from .shm import ShmRing, segment_name
 
-__all__ = ["ExecuteError", "open_links", "run_programs", "links_of", "link_protocols", "check_runnable",
+__all__ = ["ExecuteError", "HostOps", "HOST_OPS", "open_links", "run_programs", "links_of", "link_protocols", "check_runnable",
            "P2P_COLLECTIVES"]
 
 P2P_COLLECTIVES = ("alltoall", "sendrecv")
@@ -98,11 +98,12 @@ def _label(key: tuple) -> str:
 
 
 def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, protocol: str, step_nbytes: dict[str, int],
-               timeout_s: float, barrier, net: NetPeers | None = None) -> dict[tuple, ShmRing | NetLink]:
+               timeout_s: float, barrier, net: NetPeers | None = None, gpu=None) -> dict[tuple, ShmRing | NetLink]:
     """This rank's connections by ("recv" or "send", channel, src, dst, conn) — a rank sending to
     itself holds both ends — each a ShmRing laid out for its protocol (`link_protocols`; slots of
     step_nbytes[protocol]) on the same node, or a NetLink to another node through `net`;
-    `barrier()` returns once every rank has called it."""
+    `barrier()` returns once every rank has called it. With `gpu` (cuda_ipc.GpuRuntime), the
+    rings on the node are CudaIpcRings in the GPUs' memory."""
     recv_keys, send_keys = links_of(programs, rank)
     protocols = link_protocols(programs, rank, protocol)
 
@@ -117,13 +118,14 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, protoc
     try:
         for key in sorted(k for k in recv_keys if local(k)):
             nbytes, proto = layout("recv", key)
-            links[("recv", *key)] = ShmRing.create(segment_name(tag, *key), nbytes, _label(key), proto)
+            make = gpu.ring_create if gpu is not None else ShmRing.create
+            links[("recv", *key)] = make(segment_name(tag, *key), nbytes, _label(key), proto)
         barrier()
         for key in sorted(send_keys):
             nbytes, proto = layout("send", key)
             if local(key):
-                links[("send", *key)] = ShmRing.attach(segment_name(tag, *key), nbytes, _label(key), timeout_s,
-                                                       proto)
+                attach = gpu.ring_attach if gpu is not None else ShmRing.attach
+                links[("send", *key)] = attach(segment_name(tag, *key), nbytes, _label(key), timeout_s, proto)
             else:
                 links[("send", *key)] = NetLink.connect(fifo_name(tag, key, "send"), nbytes, proto, _label(key),
                                                         tuple(net.addresses[key[2]]), tag, key, net.config,
@@ -147,6 +149,34 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, protoc
     for key in recv_keys:
         links[("recv", *key)].unlink()
     return links
+
+
+class HostOps:
+    """A primitive's arithmetic on host buffers, with numpy (kernels.py). The GPU's counterpart,
+    cuda_ipc.CudaOps, has the same methods over device buffers."""
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        np.copyto(dst, src)
+
+    def pre(self, own: np.ndarray, op: str, dtype: str, nranks: int) -> np.ndarray:
+        return pre_op(own, op, dtype, nranks)
+
+    def combine(self, a: np.ndarray, b: np.ndarray, op: str, dtype: str, out: np.ndarray) -> None:
+        combine(a, b, op, dtype, out=out)
+
+    def post(self, dest: np.ndarray, op: str, dtype: str, nranks: int) -> None:
+        result = post_op(dest, op, dtype, nranks)
+        if result is not dest:  # only an integer avg divides
+            dest[:] = result
+
+    def empty(self, n: int, storage) -> np.ndarray:
+        return np.empty(n, storage)
+
+    def fence(self) -> None:
+        """Every write issued so far is visible to the peers (numpy's already are)."""
+
+
+HOST_OPS = HostOps()
 
 
 def _step_data_nbytes(channel: int, stream, rank: int, links: dict) -> int:
@@ -224,10 +254,11 @@ class _P2pBuffers(_Buffers):
 
 def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, links: dict[tuple, ShmRing],
                  sendbuf: np.ndarray, recvbuf: np.ndarray, timeout_s: float,
-                 spans: list | None = None) -> None:
-    """Run `rank`'s programs for `call` to the end (see the module's docstring). Where `spans` is a
-    list, each pass over slots appends (channel, stream, primitive, recv_from, send_to, first
-    step, steps, start, end), times from time.perf_counter in seconds."""
+                 spans: list | None = None, ops: HostOps = HOST_OPS) -> None:
+    """Run `rank`'s programs for `call` to the end (see the module's docstring), the arithmetic
+    done by `ops` (numpy here; CuPy kernels over device buffers and rings: cuda_ipc.py). Where
+    `spans` is a list, each pass over slots appends (channel, stream, primitive, recv_from,
+    send_to, first step, steps, start, end), times from time.perf_counter in seconds."""
     if call.collective in P2P_COLLECTIVES:  # moved as bytes, reduced never
         dtype, op, reducing, bufs = "uint8", "sum", False, _P2pBuffers(call, sendbuf, recvbuf)
     else:
@@ -254,7 +285,7 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
                     break
                 start = time.perf_counter()
                 _run_steps(prim, stream.step, steps, step_elems, recvs, sends, bufs, dtype, op, reducing,
-                           call.nranks, timeout_s)
+                           call.nranks, timeout_s, ops)
                 if spans is not None:
                     spans.append((stream.channel, stream.name, prim.op, prim.recv_from, prim.send_to,
                                   stream.step, steps, start, time.perf_counter()))
@@ -278,11 +309,12 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
 
 
 def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[ShmRing], sends: list[ShmRing],
-               bufs: _Buffers, dtype: str, op: str, reducing: bool, nranks: int, timeout_s: float) -> None:
+               bufs: _Buffers, dtype: str, op: str, reducing: bool, nranks: int, timeout_s: float,
+               ops: HostOps = HOST_OPS) -> None:
     """`steps` consecutive slots' worth of `prim` from its step `step`, in one pass: the result
     lands once, in the output where the primitive writes one, else straight in the first send's
-    slots; the other sends copy it from there. (Whole passes, not cache-sized blocks: a copy this
-    large streams to memory past the caches, which blocks would lose.)"""
+    slots; the other sends copy it from there. The slots are posted, and the received ones given
+    back, only once `ops.fence()` says the pass's writes are done."""
     lo = min(prim.nelem, step * step_elems)
     n = min(prim.nelem, lo + steps * step_elems) - lo
     offset = prim.offset + lo
@@ -297,37 +329,31 @@ def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[S
         sources.append(got)
     if prim.op in _READS_INPUT and n:
         own = bufs.input(offset, n)
-        sources.append(pre_op(own, op, dtype, nranks) if reducing else own)
+        sources.append(ops.pre(own, op, dtype, nranks) if reducing else own)
     in_slot = not (prim.op in _WRITES_OUTPUT and n) and bool(sends)
     if in_slot:
         dest = sends[0].reserve(n * itemsize, steps).view(storage)
     elif prim.op in _WRITES_OUTPUT and n:
         dest = bufs.output(offset, n)
     else:
-        dest = np.empty(n, storage)
-    _combine_into(dest, sources, op, dtype, nranks, reducing and prim.op in _FINAL)
+        dest = ops.empty(n, storage)
+    if n and sources:
+        if len(sources) == 1:
+            ops.copy(dest, sources[0])
+        else:
+            ops.combine(sources[0], sources[1], op, dtype, dest)
+            for more in sources[2:]:
+                ops.combine(dest, more, op, dtype, dest)
+        if reducing and prim.op in _FINAL:
+            ops.post(dest, op, dtype, nranks)
     for ring in sends[1 if in_slot else 0:]:
-        np.copyto(ring.reserve(n * itemsize, steps).view(storage), dest)
+        if n:
+            ops.copy(ring.reserve(n * itemsize, steps).view(storage), dest)
+    ops.fence()
     for ring in sends:
         ring.post(n * itemsize, steps)
     for ring in recvs:
         ring.release(steps)
-
-
-def _combine_into(dest: np.ndarray, sources: list[np.ndarray], op: str, dtype: str, nranks: int,
-                  final: bool) -> None:
-    """dest = the sources reduced by `op` (a copy of the one source), then avg's division where
-    the reduction is `final`."""
-    if len(sources) == 1:
-        np.copyto(dest, sources[0])
-    elif len(sources) > 1:
-        combine(sources[0], sources[1], op, dtype, out=dest)
-        for more in sources[2:]:
-            combine(dest, more, op, dtype, out=dest)
-    if final and sources:
-        result = post_op(dest, op, dtype, nranks)
-        if result is not dest:  # only an integer avg divides
-            dest[:] = result
 
 
 def _stuck(streams: list[_Stream], rank: int, links: dict[tuple, ShmRing], timeout_s: float) -> str:

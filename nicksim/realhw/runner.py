@@ -35,13 +35,14 @@ from ..plan_p2p import p2p_setup
 from ..report import measurement, ResultRow
 from .agree import check_same_plan, plan_fingerprint
 from .bootstrap import Bootstrap, BootstrapError
-from .execute import P2P_COLLECTIVES, ExecuteError, check_runnable, open_links, run_programs
+from .execute import HOST_OPS, P2P_COLLECTIVES, ExecuteError, check_runnable, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
+from .cuda_kernels import GpuUnavailable, gpu_unavailable
 from .launch import RankEnv
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
 from .shm import NCCL_STEPS, ShmTimeoutError
 
-__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "plan_rank", "check_job_runnable", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
+__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "plan_rank", "check_job_runnable", "run_device", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
 
 HOST_SYSTEM = "pcie-8x-rtx4090"  # GPUs with no P2P between them: every connection is SHM
 MAX_RANKS_PER_HOST = 8  # the GPUs HOST_SYSTEM has
@@ -153,21 +154,22 @@ def count_wrong(call: Call, got: np.ndarray, want: np.ndarray | None) -> int:
     return int(np.sum(got != want))
 
 
-def _buffers(call: Call, rank: int, in_place: bool) -> tuple[np.ndarray, np.ndarray]:
+def _buffers(call: Call, rank: int, in_place: bool, xp=np) -> tuple[np.ndarray, np.ndarray]:
     """(send, receive) buffers, the send one a view into the receive one in place (as nccl-tests
-    sets them: all_gather's input at the rank's own piece, reduce_scatter's output at its own)."""
+    sets them: all_gather's input at the rank's own piece, reduce_scatter's output at its own);
+    made by `xp`, numpy or CuPy."""
     storage = storage_dtype(call.dtype)
     out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
     in_n = call.count * (call.nranks if call.collective in ("reduce_scatter", "alltoall") else 1)
     if not in_place:
-        return np.empty(in_n, storage), np.zeros(out_n, storage)
+        return xp.empty(in_n, storage), xp.zeros(out_n, storage)
     if call.collective == "all_gather":
-        recv = np.zeros(out_n, storage)
+        recv = xp.zeros(out_n, storage)
         return recv[rank * call.count:(rank + 1) * call.count], recv
     if call.collective == "reduce_scatter":
-        send = np.empty(in_n, storage)
+        send = xp.empty(in_n, storage)
         return send, send[rank * call.count:(rank + 1) * call.count]
-    buf = np.empty(max(in_n, out_n), storage)
+    buf = xp.empty(max(in_n, out_n), storage)
     return buf, buf
 
 
@@ -201,11 +203,14 @@ def slot_nbytes(job, plan) -> dict[str, int]:
     return {plan.protocol: plan.step_nbytes}
 
 
-def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in_place: bool, timeout_s: float):
-    """One placement of one size: warm-up, timed iterations, the check; its Measurement."""
+def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in_place: bool, timeout_s: float,
+           gpu=None):
+    """One placement of one size: warm-up, timed iterations, the check; its Measurement. With
+    `gpu` (cuda_ipc.GpuRuntime) the buffers are on the rank's device and CuPy kernels do the work."""
     rank = boot.rank
-    send, recv = _buffers(call, rank, in_place)
-    send[:] = rank_input(call, rank)
+    send, recv = _buffers(call, rank, in_place, gpu.cupy if gpu is not None else np)
+    send[:] = _placed(gpu, rank_input(call, rank))
+    ops = gpu.ops if gpu is not None else HOST_OPS
 
     # In place, a point-to-point call sends from the buffer it receives into, and its pieces
     # cross (sendrecv's whole buffer, alltoall's pieces for peers whose sends arrive first):
@@ -214,7 +219,7 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
 
     def once():
         try:
-            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, timeout_s)
+            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, timeout_s, ops=ops)
         except (ExecuteError, ShmTimeoutError, NetError) as err:
             # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
             # that died (its connection closed) or hangs (it sends nothing).
@@ -229,13 +234,19 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
     elapsed_us = (time.perf_counter() - start) / options.iters * 1e6
     wrong = None
     if options.check:
-        send[:] = rank_input(call, rank)
+        send[:] = _placed(gpu, rank_input(call, rank))
         once()
         sends = [rank_input(call, r) for r in range(call.nranks)]
-        wrong = count_wrong(call, recv, expected_output(call, rank, sends))
+        got = gpu.to_host(recv) if gpu is not None else recv
+        wrong = count_wrong(call, got, expected_output(call, rank, sends))
     times = _exchange(boot, [elapsed_us, wrong])
     total_wrong = None if wrong is None else sum(w for _, w in times)
     return measurement(call.collective, call.nranks, call.nbytes, max(max(t for t, _ in times), 1e-3), total_wrong)
+
+
+def _placed(gpu, host: np.ndarray):
+    """`host` where the rank's buffers are: on its GPU with `gpu`, else as it is."""
+    return gpu.to_device(host) if gpu is not None else host
 
 
 def plan_rank(job, call: Call, rank: int):
@@ -259,7 +270,7 @@ def check_job_runnable(job, options: RunOptions) -> None:
 
 
 def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float,
-              net: NetPeers | None, traced: bool) -> tuple[ResultRow, list | None]:
+              net: NetPeers | None, traced: bool, gpu=None) -> tuple[ResultRow, list | None]:
     """Plan `call`, agree on the plan, connect, and time it out of place and in place; where
     `traced`, every rank's spans of one more call (`_traced`)."""
     plan, programs = plan_rank(job, call, boot.rank)
@@ -267,13 +278,13 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
     check_runnable(programs, plan.algorithm)
     try:
         links = open_links(programs, boot.rank, tag, plan.protocol, slot_nbytes(job, plan), timeout_s,
-                           lambda: _exchange(boot, None), net)
+                           lambda: _exchange(boot, None), net, gpu)
     except (ShmTimeoutError, NetError) as err:
         _report_stuck(boot, err)  # a peer that never connected: the bootstrap says whether it ended
     try:
-        out = _timed(boot, call, programs, links, options, False, timeout_s)
-        inp = _timed(boot, call, programs, links, options, True, timeout_s)
-        spans = _traced(boot, call, programs, links, timeout_s) if traced else None
+        out = _timed(boot, call, programs, links, options, False, timeout_s, gpu)
+        inp = _timed(boot, call, programs, links, options, True, timeout_s, gpu)
+        spans = _traced(boot, call, programs, links, timeout_s, gpu) if traced else None
     finally:
         for ring in links.values():
             ring.close()
@@ -282,17 +293,18 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
     return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, plan_info), spans
 
 
-def _traced(boot: Bootstrap, call: Call, programs, links, timeout_s: float) -> list:
+def _traced(boot: Bootstrap, call: Call, programs, links, timeout_s: float, gpu=None) -> list:
     """One more out-of-place call, every pass over slots recorded; every rank's spans, (rank,
     channel, stream, primitive, start_us, end_us, args), in microseconds from the moment the ranks
     left the barrier before it (each rank by its own clock)."""
-    send, recv = _buffers(call, boot.rank, False)
-    send[:] = rank_input(call, boot.rank)
+    send, recv = _buffers(call, boot.rank, False, gpu.cupy if gpu is not None else np)
+    send[:] = _placed(gpu, rank_input(call, boot.rank))
     mine: list = []
     _exchange(boot, None)
     start = time.perf_counter()
     try:
-        run_programs(call, programs, boot.rank, links, send, recv, timeout_s, mine)
+        run_programs(call, programs, boot.rank, links, send, recv, timeout_s, mine,
+                     gpu.ops if gpu is not None else HOST_OPS)
     except (ExecuteError, ShmTimeoutError, NetError) as err:
         _report_stuck(boot, err)
     ours = [[channel, stream, op, round((t0 - start) * 1e6, 3), round((t1 - start) * 1e6, 3),
@@ -356,19 +368,21 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
         nodes = node_layout(_exchange(boot, host_id(params)))
         nnodes = len(set(nodes))
         job = _job_for(options, env.size, nnodes, params)
+        gpu = _gpu_for(params, env, nnodes)
         net, ifname = _net_peers(boot, nodes, params, root, timeout_s)
         try:
             # Segment names must match on every rank: rank 0's process and port name the job.
             job_tag = _exchange(boot, f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
             if env.rank == 0 and on_joined is not None:
-                where = _layout_text(env.size, nnodes, ifname, net)
+                where = _layout_text(env.size, nnodes, ifname, net, gpu)
                 on_joined(where if options.job_spec is None else f"the plans of {job.system_name} ({job.nranks} ranks, "
                           f"{job.nodes} node(s)) run by {where}")
             rows = []
             for size in options.sizes:
                 call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
                 traced = options.trace and size == options.sizes[-1]
-                row, spans = _one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s, net, traced)
+                row, spans = _one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s, net, traced,
+                                       gpu)
                 rows.append(row)
                 if env.rank == 0 and on_row is not None:
                     on_row(row)
@@ -397,7 +411,34 @@ def _job_for(options: RunOptions, nranks: int, nnodes: int, params: Params):
                             nccl_version=options.nccl_version), params)
 
 
-def _layout_text(nranks: int, nnodes: int, ifname: str, net: NetPeers | None) -> str:
+def run_device(params: Params) -> str:
+    """NICKSIM_DEVICE, checked: "cpu", or "gpu" where CuPy sees a device (else GpuUnavailable);
+    `nicksim run` asks once before it starts any rank."""
+    device = str(params.get("NICKSIM_DEVICE")).strip().lower()
+    if device not in ("cpu", "gpu"):
+        raise UsageError(f"NICKSIM_DEVICE={params.get('NICKSIM_DEVICE')}", "NICKSIM_DEVICE", "cpu or gpu")
+    if device == "gpu":
+        why = gpu_unavailable()
+        if not why.startswith("CuPy sees"):
+            raise GpuUnavailable(f"NICKSIM_DEVICE=gpu, but {why}", "cuda", "a host with an NVIDIA GPU and "
+                                 "pip install 'nicksim[gpu]', or NICKSIM_DEVICE=cpu")
+    return device
+
+
+def _gpu_for(params: Params, env: RankEnv, nnodes: int):
+    """The rank's GPU runtime where NICKSIM_DEVICE=gpu (cuda_ipc.py), else None (the CPU)."""
+    if run_device(params) == "cpu":
+        return None
+    if nnodes > 1:
+        raise UsageError(f"NICKSIM_DEVICE=gpu with ranks on {nnodes} hosts", "NICKSIM_DEVICE",
+                         "gpu for ranks on one host (CUDA IPC), cpu across hosts")
+    from .cuda_ipc import gpu_runtime  # CuPy is imported only where it is asked for
+    return gpu_runtime(env.local_rank)
+
+
+def _layout_text(nranks: int, nnodes: int, ifname: str, net: NetPeers | None, gpu=None) -> str:
+    if gpu is not None:
+        return f"{nranks} ranks on this host's GPUs (CUDA IPC, CuPy kernels)"
     if net is None:
         return f"{nranks} ranks on this host (shared memory)"
     socks = f"{net.config.nthreads} x {net.config.nsocks_per_thread}" if net.config.nsocks else "1"

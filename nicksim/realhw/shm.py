@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import NickSimError
 
-__all__ = ["NCCL_STEPS", "ShmRing", "LLRing", "LL128Ring", "ShmTimeoutError", "segment_name"]
+__all__ = ["NCCL_STEPS", "ShmRing", "LLRing", "LL128Ring", "ShmTimeoutError", "segment_name", "create_segment",
+           "attach_segment"]
 
 NCCL_STEPS = 8
 _LINE = 128  # the counters each get a cache line's worth of room (NCCL keeps head and tail apart)
@@ -42,6 +43,30 @@ def segment_name(job: str, channel: int, src: int, dst: int, conn: int = 0) -> s
     return f"nicksim-{job}-c{channel}-{src}to{dst}-{conn}"
 
 
+def create_segment(name: str, nbytes: int) -> tuple[int, mmap.mmap]:
+    """A new zeroed segment /dev/shm/NAME of `nbytes`, mapped: (fd, mapping)."""
+    fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    os.ftruncate(fd, nbytes)
+    return fd, mmap.mmap(fd, nbytes)
+
+
+def attach_segment(name: str, nbytes: int, label: str, timeout_s: float) -> tuple[int, mmap.mmap]:
+    """The segment another process made, once it exists at its full size (up to `timeout_s`)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
+            if os.fstat(fd).st_size == nbytes:
+                return fd, mmap.mmap(fd, nbytes)
+            os.close(fd)  # made but not yet sized
+        except FileNotFoundError:
+            pass
+        if time.monotonic() >= deadline:
+            raise ShmTimeoutError(f"{label}: the receiver's segment {name} did not appear within {timeout_s:g} s",
+                                  "shm")
+        time.sleep(1e-3)
+
+
 class ShmRing:
     """One connection's FIFO of NCCL_STEPS slots in shared memory, seen from one side ("send" or
     "recv"); `label` names it in errors (e.g. 'channel 0, rank 1 -> rank 2')."""
@@ -55,7 +80,7 @@ class ShmRing:
         self._head = np.frombuffer(buf, np.uint64, 1, _HEAD)
         self._tail = np.frombuffer(buf, np.uint64, 1, _TAIL)
         self._sizes = np.frombuffer(buf, np.uint64, NCCL_STEPS, _SIZES)
-        self._data = np.frombuffer(buf, np.uint8, NCCL_STEPS * step_nbytes, _SLOTS)
+        self._data = self._map_slots(buf)
         self._step = 0  # this side's own count: the next step it posts (send) or takes (recv)
         self._unlinked = not owner
 
@@ -78,28 +103,19 @@ class ShmRing:
         """The receiving side: make the segment (zeroed: head = tail = 0, no flag set), laid out
         for `protocol`."""
         cls = _RING_OF[protocol]
-        fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        os.ftruncate(fd, cls.segment_nbytes(step_nbytes))
-        return cls(name, step_nbytes, "recv", label, fd, mmap.mmap(fd, cls.segment_nbytes(step_nbytes)), True)
+        fd, buf = create_segment(name, cls.segment_nbytes(step_nbytes))
+        return cls(name, step_nbytes, "recv", label, fd, buf, True)
 
     @classmethod
     def attach(cls, name: str, step_nbytes: int, label: str, timeout_s: float, protocol: str = "Simple") -> "ShmRing":
         """The sending side: map the segment the receiver made, waiting for it up to `timeout_s`."""
         cls = _RING_OF[protocol]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
-                if os.fstat(fd).st_size == cls.segment_nbytes(step_nbytes):
-                    break
-                os.close(fd)  # made but not yet sized
-            except FileNotFoundError:
-                pass
-            if time.monotonic() >= deadline:
-                raise ShmTimeoutError(f"{label}: the receiver's segment {name} did not appear within "
-                                      f"{timeout_s:g} s", "shm")
-            time.sleep(1e-3)
-        return cls(name, step_nbytes, "send", label, fd, mmap.mmap(fd, cls.segment_nbytes(step_nbytes)), False)
+        fd, buf = attach_segment(name, cls.segment_nbytes(step_nbytes), label, timeout_s)
+        return cls(name, step_nbytes, "send", label, fd, buf, False)
+
+    def _map_slots(self, buf: mmap.mmap) -> np.ndarray:
+        """The slots' bytes: in the segment, after the counters."""
+        return np.frombuffer(buf, np.uint8, NCCL_STEPS * self.step_nbytes, _SLOTS)
 
     def unlink(self) -> None:
         """Drop the name once both sides have the segment mapped (the creator's call)."""
