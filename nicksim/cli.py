@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_validate_parser(sub)
     _add_calibrate_parser(sub)
     _add_alphabeta_parser(sub)
+    _add_hang_parser(sub)
     return parser
 
 
@@ -631,6 +632,27 @@ def _unchecked(row):
     """The model moves no data, so like nccl-tests with -c 0 it cannot count wrong elements."""
     return replace(row, out_of_place=replace(row.out_of_place, nwrong=None),
                    in_place=replace(row.in_place, nwrong=None) if row.in_place else None)
+
+
+def _add_hang_parser(sub) -> None:
+    hang = sub.add_parser("hang", help="hangs: diagnose real logs (NCCL_DEBUG output, PyTorch watchdog lines, "
+                                       "nccl-tests output)")
+    verbs = hang.add_subparsers(dest="hang_command", metavar="diagnose", parser_class=_Parser)
+    verbs.required = True
+    di = verbs.add_parser("diagnose", help="say what went wrong, on which rank, in which collective, from log files")
+    di.add_argument("files", nargs="+", metavar="FILE", help="logs of all ranks or some: any mix, in any order")
+    di.add_argument("--json", metavar="FILE", help="write the diagnosis as JSON")
+    di.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    di.set_defaults(run=_run_hang_diagnose)
+
+
+def _run_hang_diagnose(args, params: Params) -> int:
+    from .forensics import diagnose, format_diagnosis, read_evidence
+    found = diagnose(read_evidence(args.files))
+    print("\n".join(format_diagnosis(found)))
+    if args.json:
+        _write_json(args.json, found.to_json())
+    return 0
 
 
 def _write_json(path: str, doc: dict) -> None:
