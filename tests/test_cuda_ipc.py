@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import threading
 import types
 
 import numpy as np
@@ -22,15 +21,14 @@ import pytest
 
 from nicksim.calls import Call
 from nicksim.choose import forced_choice
-from nicksim.plan import plan_call, rank_programs
+from nicksim.plan import plan_call
 from nicksim.plan_p2p import p2p_setup
 from nicksim.realhw import kernels as K
 from nicksim.realhw.cuda_ipc import CudaIpcRing, CudaOps, GpuRuntime
 from nicksim.realhw.cuda_kernels import KERNEL_SOURCE, GpuUnavailable
-from nicksim.realhw.execute import open_links, run_programs
-from nicksim.realhw.runner import count_wrong, expected_output, rank_input, slot_nbytes
+from nicksim.realhw.runner import count_wrong, expected_output
 from nicksim.realhw.shm import segment_name
-from test_execute import host_job
+from test_execute import host_job, run_all
 
 _SIGNATURES = {m.group(1): [a.strip() for a in m.group(2).split(",")]
                for m in re.finditer(r'void (nicksim_\w+)\(([^)]*)\)', KERNEL_SOURCE)}
@@ -54,6 +52,7 @@ class FakeCupy:
         self.launches: list[str] = []
         self.syncs = 0
         self.open_handles: set[int] = set()
+        self.opened = 0
         fake = self
 
         class Memory:
@@ -80,6 +79,7 @@ class FakeCupy:
             mapped = next(fake.ids)
             fake.registry[mapped] = fake.registry[ptr]  # the same memory at another address
             fake.open_handles.add(mapped)
+            fake.opened += 1
             return mapped
 
         def close_handle(ptr):
@@ -159,40 +159,12 @@ def fake_runtime(fake: FakeCupy) -> GpuRuntime:
     return GpuRuntime(fake, 0, CudaOps(fake, FakeModule(fake)))
 
 
-def run_on_fake_gpus(job, plan, tag: str, programs=None, timeout_s: float = 20):
+def run_on_fake_gpus(job, plan, tag: str, programs=None):
     """Every rank a thread on the stand-in GPU: rings through IPC handles, kernels by CudaOps."""
-    call = plan.call
     fake = FakeCupy()
-    gpu = fake_runtime(fake)
-    trees = job.tree_links() if plan.algorithm == "Tree" else {}
-    programs = programs or {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
-    sends = [rank_input(call, r) for r in range(call.nranks)]
-    out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
-    recvs = [np.zeros(out_n, K.storage_dtype(call.dtype)) for _ in range(call.nranks)]
-    barrier = threading.Barrier(call.nranks)
-    errors = {}
-
-    def rank_main(r):
-        try:
-            links = open_links(programs[r], r, tag, plan.protocol, slot_nbytes(job, plan), timeout_s, barrier.wait,
-                               gpu=gpu)
-            assert all(isinstance(ring, CudaIpcRing) for ring in links.values())
-            try:
-                run_programs(call, programs[r], r, links, sends[r], recvs[r], timeout_s, ops=gpu.ops)
-            finally:
-                for ring in links.values():
-                    ring.close()
-        except Exception as err:
-            errors[r] = err
-            barrier.abort()
-
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(call.nranks)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    sends, recvs, errors = run_all(job, plan, tag, programs=programs, gpu=fake_runtime(fake))
     assert not errors, errors
-    assert not fake.open_handles  # every opened handle closed again
+    assert fake.open_handles == set() and fake.opened > 0  # every handle opened was closed again
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"nicksim-{tag}")]
     return fake, sends, recvs
 

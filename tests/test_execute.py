@@ -14,7 +14,7 @@ from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
 from nicksim.plan import plan_call, rank_programs
 from nicksim.plan_p2p import p2p_setup
-from nicksim.realhw.execute import ExecuteError, links_of, open_links, run_programs
+from nicksim.realhw.execute import HOST_OPS, ExecuteError, links_of, open_links, run_programs
 from nicksim.realhw.kernels import storage_dtype
 from nicksim.realhw.shm import ShmRing, segment_name
 from nicksim.realhw.runner import count_wrong, expected_output, rank_input, slot_nbytes
@@ -27,8 +27,9 @@ def host_job(nranks: int):
     return load_job(JobSpec(system="pcie-8x-rtx4090", gpus_per_node=nranks, nccl_version="2.30"), read_params({}))
 
 
-def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = None, programs=None):
-    """Every rank in its own thread; `idle_rank` sets up its connections and then runs nothing."""
+def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = None, programs=None, gpu=None):
+    """Every rank in its own thread; `idle_rank` sets up its connections and then runs nothing;
+    with `gpu` (a cuda_ipc.GpuRuntime), its rings and kernels."""
     call = plan.call
     trees = job.tree_links() if plan.algorithm == "Tree" else {}
     programs = programs or {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
@@ -40,10 +41,12 @@ def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = 
 
     def rank_main(r):
         try:
-            links = open_links(programs[r], r, tag, plan.protocol, slot_nbytes(job, plan), timeout_s, barrier.wait)
+            links = open_links(programs[r], r, tag, plan.protocol, slot_nbytes(job, plan), timeout_s, barrier.wait,
+                               gpu=gpu)
             try:
                 if r != idle_rank:
-                    run_programs(call, programs[r], r, links, sends[r], recvs[r], timeout_s)
+                    run_programs(call, programs[r], r, links, sends[r], recvs[r], timeout_s,
+                                 ops=gpu.ops if gpu is not None else HOST_OPS)
             finally:
                 for ring in links.values():
                     ring.close()
