@@ -635,15 +635,56 @@ def _unchecked(row):
 
 
 def _add_hang_parser(sub) -> None:
-    hang = sub.add_parser("hang", help="hangs: diagnose real logs (NCCL_DEBUG output, PyTorch watchdog lines, "
-                                       "nccl-tests output)")
-    verbs = hang.add_subparsers(dest="hang_command", metavar="diagnose", parser_class=_Parser)
+    hang = sub.add_parser("hang", help="hangs: replay the classic ones on the DES, diagnose real logs")
+    verbs = hang.add_subparsers(dest="hang_command", metavar="list|replay|diagnose", parser_class=_Parser)
     verbs.required = True
+    ls = verbs.add_parser("list", help="the scenarios replay knows")
+    ls.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    ls.set_defaults(run=_run_hang_list)
+    rp = verbs.add_parser("replay", help="run a scenario on the DES, write what its people would have seen, "
+                                         "and diagnose it")
+    rp.add_argument("name", metavar="NAME", help="a scenario (nicksim hang list)")
+    rp.add_argument("--out", metavar="DIR", help="keep the logs, Flight Recorder dumps and trace here")
+    rp.add_argument("--json", metavar="FILE", help="write the diagnosis as JSON")
+    rp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    rp.set_defaults(run=_run_hang_replay)
     di = verbs.add_parser("diagnose", help="say what went wrong, on which rank, in which collective, from log files")
     di.add_argument("files", nargs="+", metavar="FILE", help="logs of all ranks or some: any mix, in any order")
     di.add_argument("--json", metavar="FILE", help="write the diagnosis as JSON")
     di.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     di.set_defaults(run=_run_hang_diagnose)
+
+
+def _run_hang_list(args, params: Params) -> int:
+    from .scenarios import SCENARIOS
+    width = max(len(name) for name in SCENARIOS)
+    for name, scenario in SCENARIOS.items():
+        print(f"{name:<{width}}  {scenario.title} ({scenario.nranks} ranks on {scenario.system}; diagnosed as "
+              f"{scenario.expect})")
+    return 0
+
+
+def _run_hang_replay(args, params: Params) -> int:
+    import tempfile
+    from .forensics import format_diagnosis
+    from .scenarios import replay, scenario_named
+    scenario = scenario_named(args.name)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.out or tmp
+        try:
+            done = replay(scenario, out)
+        except OSError as exc:
+            raise UsageError(f"cannot write: {exc.strerror}", args.out or out, "a writable folder") from None
+        print(f"# {scenario.name}: {scenario.title}")
+        print(f"# {scenario.story}")
+        print("\n".join(f"# {line}" for line in done.hang_lines))
+        if args.out:
+            print(f"# wrote {len(done.files)} file(s) to {args.out}: " + ", ".join(Path(f).name for f in done.files[:6])
+                  + (" ..." if len(done.files) > 6 else ""))
+        print("\n".join(format_diagnosis(done.diagnosis)))
+    if args.json:
+        _write_json(args.json, {"scenario": scenario.name, **done.diagnosis.to_json()})
+    return 0
 
 
 def _run_hang_diagnose(args, params: Params) -> int:

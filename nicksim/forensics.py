@@ -18,6 +18,9 @@ and commands that would confirm or fix it.
 """
 from __future__ import annotations
 
+import io
+import json
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +46,7 @@ _COMM = re.compile(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _SETTING = re.compile(r"\b(NCCL_[A-Z0-9_]+)(?: set by environment to |=)([^\s,;'\"()]+)")
 _SET_BY_ENV = " set by environment to "
+_BOOTSTRAP_IFACE = re.compile(r"Bootstrap ?: Using (\S+?):([0-9a-fA-F.:]+)<")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _FABRIC = re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport retry counter|ibv_poll_cq|"
                      r"local catastrophic|remote process exited or there was a network error|ncclRemoteError|"
@@ -87,6 +91,7 @@ class Evidence:
     versions: dict = field(default_factory=dict)  # source -> version
     nranks: tuple[int, ...] = ()
     init_complete: int = 0
+    ifaces: dict = field(default_factory=dict)  # rank (else process) -> (interface, address) of its bootstrap
 
     def of(self, kind: str) -> list[Event]:
         return self.events.get(kind, [])
@@ -108,7 +113,8 @@ class Diagnosis:
     def to_json(self) -> dict:
         return {"category": self.category, "why": self.why, "culprit_ranks": list(self.culprit_ranks),
                 "collective": self.collective, "confidence": self.confidence,
-                "evidence": [{"file": e.file, "line": e.line, "text": e.text} for e in self.evidence],
+                "evidence": [{"file": e.file, ("entry" if _is_entry(e) else "line"): e.line, "text": e.text}
+                             for e in self.evidence],
                 "next_steps": list(self.next_steps)}
 
 
@@ -171,6 +177,23 @@ def _matches(buf: bytes, base: int) -> Iterator[tuple[int, str]]:
         yield number + 1, line.decode("utf-8", errors="replace").rstrip("\r")
 
 
+def _op_name(profiling_name) -> str:
+    """The watchdog's OpType for a Flight Recorder profiling name ("nccl:all_reduce" -> ALLREDUCE)."""
+    name = str(profiling_name or "?").split(":")[-1].upper()
+    return name.replace("ALL_REDUCE", "ALLREDUCE").replace("ALL_GATHER", "ALLGATHER")
+
+
+def _numel(sizes) -> int | None:
+    """Elements of the first tensor of a Flight Recorder size list ([[3, 4]] -> 12)."""
+    try:
+        total = 1
+        for dim in sizes[0]:
+            total *= int(dim)
+        return total
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 def _rank_of(text: str) -> int | None:
     match = _RANK_TAG.search(text)
     if match:
@@ -190,6 +213,7 @@ class _Collector:
         self.pid_rank: dict[tuple[str, str], int] = {}
         self.init_complete = 0
         self.lines = 0
+        self.ifaces: dict[object, tuple[str, str]] = {}  # rank (else process) -> bootstrap interface, address
         self.section = 0  # markdown code blocks: excerpts of separate incidents
         self.timed_section: int | None = None
 
@@ -255,6 +279,9 @@ class _Collector:
             if nccl and _SET_BY_ENV in text:
                 self.settings.setdefault(source, {})[setting.group(1)] = setting.group(2)
             self.keep(Event("setting", name, number, text, rank, ((setting.group(1), setting.group(2)),)))
+        iface = _BOOTSTRAP_IFACE.search(text)
+        if iface:
+            self.ifaces[rank if rank is not None else source] = (iface.group(1), iface.group(2))
         version = _VERSION.search(text)
         if version:
             self.versions[source] = version.group(1)
@@ -276,9 +303,83 @@ class _Collector:
         elif warn and nccl:
             self.keep(Event("warn", name, number, text, rank))
 
+    def flight_recorder(self, name: str, dump: dict, rank_from_name: int | None) -> None:
+        """A rank's Flight Recorder dump: per process group, the first collective not completed
+        is where the rank stands ("scheduled": enqueued, never started on the GPU; "started":
+        running); a rank whose collectives all completed stands after its last one."""
+        rank = dump.get("rank", rank_from_name)
+        if not isinstance(rank, int):
+            self.keep(Event("flight_recorder", name, 0, "a Flight Recorder dump that names no rank"))
+            return
+        entries = [e for e in dump["entries"] if isinstance(e, dict) and not e.get("is_p2p")]
+        self.lines += len(entries)
+        standing = None
+        for number, entry in enumerate(entries, 1):
+            pg = entry.get("process_group")
+            pg_name = " ".join(str(p) for p in pg) if isinstance(pg, (list, tuple)) else str(entry.get("pg_id"))
+            sizes = entry.get("input_sizes") or [[]]
+            out_sizes = entry.get("output_sizes") or [[]]
+            fields = (("seq", entry.get("collective_seq_id")), ("op", _op_name(entry.get("profiling_name"))),
+                      ("numel_in", _numel(sizes)), ("numel_out", _numel(out_sizes)),
+                      ("timeout_ms", entry.get("timeout_ms")), ("ran_ms", None), ("pg", pg_name),
+                      ("state", entry.get("state")))
+            text = (f"{entry.get('profiling_name')} collective_seq_id {entry.get('collective_seq_id')} "
+                    f"process_group {pg_name} input_sizes {sizes} state {entry.get('state')}")
+            event = Event("flight_recorder", name, number, text, rank, fields)
+            if entry.get("state") != "completed" and standing is None:
+                standing = event
+            last = event
+        if not entries:
+            return
+        self.keep(standing or last)
+        status = (dump.get("pg_status") or {}).get(str(entries[-1].get("pg_id")), {})
+        if standing is not None and self.timed_section is None:
+            self.timed_section = self.section
+        if standing is not None:
+            self.timeouts.setdefault(rank, standing)
+        enqueued = status.get("last_enqueued_collective", last.get("seq"))
+        completed = status.get("last_completed_collective", last.get("seq") if standing is None else -1)
+        work = Event("work", name, last.line, f"{last.text}; last enqueued collective {enqueued}, last completed "
+                     f"{completed}", rank, (("seq", (standing or last).get("seq")), ("enqueued", enqueued),
+                                           ("completed", completed), ("pg", last.get("pg")), ("entry", True)))
+        self.work.setdefault(rank, work)
+
     def freeze(self, files: tuple[str, ...]) -> Evidence:
         return Evidence(files, self.lines, self.events, self.counts, self.timeouts, self.work, self.settings,
-                        self.versions, tuple(sorted(self.nranks)), self.init_complete)
+                        self.versions, tuple(sorted(self.nranks)), self.init_complete, self.ifaces)
+
+
+_FR_MAX_NBYTES = 256 << 20  # a Flight Recorder dump holds a few thousand entries: megabytes
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain data only (dicts, lists, tuples, strings, numbers): a dump from another
+    machine must not run code here."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+
+def _flight_recorder(stream, path: Path) -> dict | None:
+    """The file's Flight Recorder dump (PyTorch's pickle, or its JSON form), or None where the
+    file is something else (or a dump too damaged to read: its lines are read instead)."""
+    head = stream.read(1)
+    stream.seek(0)
+    if head not in (b"\x80", b"{") or path.stat().st_size > _FR_MAX_NBYTES:
+        return None
+    try:
+        data = stream.read()
+        dump = _PlainUnpickler(io.BytesIO(data)).load() if head == b"\x80" else json.loads(data)
+    except Exception:  # damaged, truncated or not a dump after all: read as text
+        return None
+    return dump if isinstance(dump, dict) and isinstance(dump.get("entries"), list) else None
+
+
+def _rank_in_name(name: str) -> int | None:
+    """PyTorch names a rank's dump by its prefix and the rank (TORCH_NCCL_DEBUG_INFO_TEMP_FILE, default
+    /tmp/nccl_trace_rank_<rank>)."""
+    match = re.search(r"(\d+)(?:\.\w+)?$", name)
+    return int(match.group(1)) if match else None
 
 
 def read_evidence(paths: Iterable[str | Path]) -> Evidence:
@@ -291,6 +392,11 @@ def read_evidence(paths: Iterable[str | Path]) -> Evidence:
         names.append(path.name)
         try:
             with open(path, "rb") as stream:
+                dump = _flight_recorder(stream, path)
+                if dump is not None:
+                    collector.flight_recorder(path.name, dump, _rank_in_name(path.name))
+                    continue
+                stream.seek(0)
                 for number, text in _lines(stream):
                     if text is None:
                         collector.lines += number
@@ -406,6 +512,27 @@ def _behind(ev: Evidence) -> Diagnosis | None:
     return None
 
 
+def _not_launched(ev: Evidence) -> Diagnosis | None:
+    """Ranks whose collective was enqueued but never started on the GPU (a Flight Recorder entry
+    left "scheduled") where their peers' started: the launch itself never happened."""
+    states = {rank: e.get("state") for rank, e in ev.timeouts.items()}
+    if "started" not in states.values():
+        return None
+    culprits = sorted(r for r, state in states.items() if state == "scheduled")
+    if not culprits:
+        return None
+    first = ev.timeouts[culprits[0]]
+    started = sorted(r for r, state in states.items() if state == "started")
+    return Diagnosis("stuck-peer", f"rank(s) {_ranks_text(culprits)} enqueued {first.get('op')} (SeqNum "
+                     f"{first.get('seq')}) but never started it, while rank(s) {_ranks_text(started)} run it and "
+                     "wait: the culprits' launch never happened (an ncclGroupStart without its ncclGroupEnd, or a "
+                     "stream held by other work)", tuple(culprits), _collective(first),
+                     tuple(ev.timeouts[r] for r in culprits[:4] + started[:4]), "high",
+                     ("check that every ncclGroupStart on the culprit ranks reaches its ncclGroupEnd (an exception "
+                      "or early return between them)", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL: each rank's calls "
+                      "as NCCL receives them", "py-spy dump --native on the culprit ranks") + _STUCK_STEPS[1:2])
+
+
 def _stuck_peer(ev: Evidence) -> Diagnosis | None:
     if not ev.timeouts:
         return None
@@ -480,6 +607,34 @@ def _config_mismatch(ev: Evidence) -> Diagnosis | None:
                                     "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV: what each rank read"))
 
 
+_BOOTSTRAP_STEPS = (
+    "NCCL_SOCKET_IFNAME=<the interface every host reaches the others on> (ip -br addr), the same on every rank",
+    "check that the root's address and port (NCCL_COMM_ID, MASTER_ADDR:MASTER_PORT) are reachable from every "
+    "host: nc -zv HOST PORT; a firewall drops bootstrap connections",
+    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET: the interfaces and addresses NCCL picked",
+)
+
+
+def _odd_interfaces(ev: Evidence) -> Diagnosis | None:
+    """Ranks whose bootstrap uses another interface than most: the others cannot reach them."""
+    by_iface: dict[str, list] = {}
+    for who, (iface, _) in ev.ifaces.items():
+        by_iface.setdefault(iface, []).append(who)
+    if len(by_iface) < 2:
+        return None
+    common = max(by_iface, key=lambda i: len(by_iface[i]))
+    odd = sorted((w for i, ws in by_iface.items() if i != common for w in ws), key=str)
+    if len(odd) >= len(by_iface[common]):
+        return None
+    ranks = tuple(w for w in odd if isinstance(w, int))
+    where = ", ".join(f"{'rank ' if isinstance(w, int) else ''}{w} on {ev.ifaces[w][0]} ({ev.ifaces[w][1]})"
+                      for w in odd)
+    return Diagnosis("bootstrap", f"NCCL could not set up the communicator ({ev.counts.get('bootstrap', 0)} bootstrap "
+                     f"error line(s), no 'Init COMPLETE'): {where}, where the others use {common}, so their "
+                     "connections cannot reach it", ranks, None, tuple(ev.of("bootstrap")[:6]), "high",
+                     _BOOTSTRAP_STEPS)
+
+
 def diagnose(ev: Evidence) -> Diagnosis:
     """The most specific diagnosis the evidence supports (see the module docstring)."""
     for rule in (_data_corruption, _divergence, _mixed_communicators):
@@ -495,14 +650,13 @@ def diagnose(ev: Evidence) -> Diagnosis:
     if fabric:
         return fabric
     if ev.of("bootstrap") and ev.init_complete == 0:
+        odd = _odd_interfaces(ev)
+        if odd:
+            return odd
         return _from_lines(ev, "bootstrap", "bootstrap", "NCCL could not set up the communicator: {first} ({n} "
                            "such line(s), and no rank logged 'Init COMPLETE')",
-                           ("NCCL_SOCKET_IFNAME=<the interface every host reaches the others on> (ip -br addr)",
-                            "check that the root's address and port (NCCL_COMM_ID, MASTER_ADDR:MASTER_PORT) are "
-                            "reachable from every host: nc -zv HOST PORT; a firewall drops bootstrap connections",
-                            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET: the interfaces and addresses "
-                            "NCCL picked"), "high")
-    for rule in (_config_mismatch, _behind, _stuck_peer):
+                           _BOOTSTRAP_STEPS, "high")
+    for rule in (_config_mismatch, _not_launched, _behind, _stuck_peer):
         found = rule(ev)
         if found:
             return found
@@ -513,6 +667,11 @@ def diagnose(ev: Evidence) -> Diagnosis:
                      f"{len(ev.files)} file(s) ({ev.lines_read} lines)", (), None, (), "low",
                      ("NCCL_DEBUG=INFO (NCCL_DEBUG_FILE=/tmp/nccl.%h.%p.log) on every rank",
                       "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1: Flight Recorder dumps"))
+
+
+def _is_entry(event: Event) -> bool:
+    """Whether the event is a Flight Recorder entry (numbered by entry, not by line)."""
+    return event.kind == "flight_recorder" or bool(event.get("entry"))
 
 
 def format_diagnosis(d: Diagnosis) -> list[str]:
@@ -526,7 +685,7 @@ def format_diagnosis(d: Diagnosis) -> list[str]:
     out.append(f"why: {d.why}")
     if d.evidence:
         out.append("evidence:")
-        out += [f"  {e.file}:{e.line}: {e.text[:300]}" for e in d.evidence]
+        out += [f"  {e.file}{' entry ' if _is_entry(e) else ':'}{e.line}: {e.text[:300]}" for e in d.evidence]
     out.append("next steps:")
     out += [f"  - {step}" for step in d.next_steps]
     return out

@@ -235,8 +235,8 @@ class _CallRun:
     `factor`), the routes of its algorithm's graph, its slices per chunk and slots per connection,
     what a receiver needs of a slice before it starts on it, and its launch cost."""
 
-    def __init__(self, sim: "_Sim", index: int, plan: Plan, factor: int):
-        self.index, self.plan, self.factor = index, plan, factor
+    def __init__(self, sim: "_Sim", index: int, plan: Plan, factor: int, comm: int = 0):
+        self.index, self.plan, self.factor, self.comm = index, plan, factor, comm
         self.call: Call = plan.call
         self.router = sim.router_for(plan.algorithm)
         ring_simple = plan.protocol == "Simple" and plan.algorithm == "Ring"
@@ -322,8 +322,9 @@ class _Sim:
         if event is not None:
             event.succeed()
 
-    def _conn(self, c: _CallRun, channel: int, src: int, dst: int, index: int) -> _Conn:
-        """A connection persists across calls, as NCCL's connectors do (the first call's slots)."""
+    def _conn(self, c: _CallRun, channel: int, src: int, dst: int, index) -> _Conn:
+        """A connection persists across calls, as NCCL's connectors do (the first call's slots);
+        `index` is the connection's (`_conn_id`: each communicator has its own)."""
         key = (channel, src, dst, index)
         conn = self.conns.get(key)
         if conn is None:
@@ -449,15 +450,16 @@ class _Sim:
             costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
                       if multimem else ())
             lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
+            cid = prim.conn if not c.comm else (c.comm, prim.conn)  # each communicator its own connections
             for s in range(c.slices):
                 state[2] = s
-                key = (c.index, node, channel, prim.offset, prim.nelem, s)
+                key = (c.comm, c.index, node, channel, prim.offset, prim.nelem, s)
                 upstream = []  # the events of everything this slice reads, all of which must be in
-                ins = [self._conn(c, channel, src, rank, prim.conn) for src in peers_in]
+                ins = [self._conn(c, channel, src, rank, cid) for src in peers_in]
                 for src, conn in zip(peers_in, ins):
                     while conn.posted <= conn.taken:
                         state[3] = f"data from rank {src} (connection {prim.conn})"
-                        yield self._wait(("data", channel, src, rank, prim.conn))
+                        yield self._wait(("data", channel, src, rank, cid))
                     state[3] = f"the first step from rank {src} (connection {prim.conn})"
                     first_step = conn.heads.pop(conn.taken)
                     upstream.append(conn.dones.pop(conn.taken))
@@ -466,11 +468,11 @@ class _Sim:
                         yield first_step
                 got = yield from self._switch_inputs(c, prim, channel, key, state)
                 upstream += got
-                outs = [self._conn(c, channel, rank, dst, prim.conn) for dst in peers_out]
+                outs = [self._conn(c, channel, rank, dst, cid) for dst in peers_out]
                 for dst, conn in zip(peers_out, outs):
                     while conn.posted - conn.freed >= conn.credits:
                         state[3] = f"a free slot at rank {dst} (connection {prim.conn})"
-                        yield self._wait(("slot", channel, rank, dst, prim.conn))
+                        yield self._wait(("slot", channel, rank, dst, cid))
                 if posts:
                     state[3] = "its proxy thread"
                     yield from self._post(posts, channel)
@@ -482,7 +484,7 @@ class _Sim:
                                                       route_lat, costly + steps)
                 for dst, conn in zip(peers_out, outs):
                     conn.post(*(self._received(dst, channel, head, done) if dst in net_out else (head, done)))
-                    self._notify(("data", channel, rank, dst, prim.conn))
+                    self._notify(("data", channel, rank, dst, cid))
                 self._switch_outputs(c, prim, channel, node, key, head, done)
                 state[3] = "its transfer"
                 yield sent
@@ -495,7 +497,7 @@ class _Sim:
                         yield up
                 for src, conn in zip(peers_in, ins):
                     conn.freed += 1
-                    self._notify(("slot", channel, src, rank, prim.conn))
+                    self._notify(("slot", channel, src, rank, cid))
 
     def _pat_stream(self, c: _CallRun, rank: int, channel: int, stream, state: list, protocol: str):
         """PAT (plan_pat.py): the steps of one round run together between two barriers; a step reads
@@ -503,11 +505,12 @@ class _Sim:
         receiver has freed, and the round's posts land after all its transfers have arrived."""
         prims, index = stream.prims, 0
         node, local = divmod(rank, self.per_node)
+        pchan = channel if not c.comm else (c.comm, channel)  # each communicator its own PAT connections
         while index < len(prims):
             batch = [p for p in prims[index:index + PAT_MAX_ROUND] if p.pat.round == prims[index].pat.round]
             state[0], state[1] = index, batch[0]
             for prim in batch:
-                yield from self._pat_wait(rank, channel, prim, state)
+                yield from self._pat_wait(rank, pchan, prim, state)
             dones = []
             for prim in batch:
                 peers_out = [d for d in prim.send_to if d >= 0]
@@ -524,11 +527,11 @@ class _Sim:
             self.last_progress = self.env.now
             for prim in batch:
                 if prim.pat.post_send:
-                    self._pat_conn(channel, rank, prim.send_to[0])[1] += 1
-                    self._notify(("pat", channel, rank, prim.send_to[0]))
+                    self._pat_conn(pchan, rank, prim.send_to[0])[1] += 1
+                    self._notify(("pat", pchan, rank, prim.send_to[0]))
                 if prim.pat.post_recv:
-                    self._pat_conn(channel, prim.recv_from[0], rank)[0] += 1
-                    self._notify(("pat", channel, prim.recv_from[0], rank))
+                    self._pat_conn(pchan, prim.recv_from[0], rank)[0] += 1
+                    self._notify(("pat", pchan, prim.recv_from[0], rank))
             index += len(batch)
 
     def _with_step_costs(self, c: _CallRun, route: tuple[int, ...], wire: float, protocol: str
@@ -631,7 +634,7 @@ class _Sim:
             got += yield from self._heads([self.nvls_out[key]], state, "the chunk's multicast (NVLS)")
         if COLLNET_SWITCH in prim.recv_from:
             wanted = 1 if c.call.collective == "all_gather" else self.nodes
-            ckey = (c.index, channel, prim.offset, prim.nelem, key[-1])
+            ckey = (c.comm, c.index, channel, prim.offset, prim.nelem, key[-1])
             while sum(w for _, _, w in self.collnet_in.get(ckey, ())) < wanted:
                 state[3] = "every node's head to reach the CollNet switch"
                 yield self._wait(("collnet", ckey))
@@ -654,7 +657,7 @@ class _Sim:
             self.nvls_out[key] = (head, done)
             self._notify(("nvls_out", key))
         if COLLNET_SWITCH in prim.send_to:
-            ckey = (c.index, channel, prim.offset, prim.nelem, key[-1])
+            ckey = (c.comm, c.index, channel, prim.offset, prim.nelem, key[-1])
             nodes = 1 if self.collapse is None else self.collapse.weight(node, channel)  # the nodes this one stands for
             self.collnet_in.setdefault(ckey, []).append((head, done, nodes))
             self._notify(("collnet", ckey))
@@ -843,13 +846,16 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
                     sim.collapse is None or sim.collapse.exact)
 
 
-def simulate_sequences(setup: DesSetup, calls: Mapping[int, Sequence[Call]]) -> DesRun:
+def simulate_sequences(setup: DesSetup, calls: Mapping[int, Sequence[Call]],
+                       comms: Mapping[int, Sequence[int]] | None = None) -> DesRun:
     """Run each rank's own sequence of calls (rank -> its calls, in the order it makes them; a rank
     left out makes none), every rank and channel in full detail. Ranks that agree finish as they
     would call by call; ranks that do not (one calls broadcast where the others call all_reduce,
     one stops early) leave the others waiting on connections that never deliver, and the HangReport
     names, per blocked rank, the call it is in (its place in that rank's sequence, collective,
-    size). The run's plan is the first call's of the lowest rank that makes one."""
+    size). `comms` gives each call's communicator (rank -> one id per call; all 0 by default):
+    communicators over the same ranks have connections of their own, so calls on one never take
+    another's data. The run's plan is the first call's of the lowest rank that makes one."""
     job = setup.job
     for rank in calls:
         if not 0 <= rank < job.nranks:
@@ -868,11 +874,13 @@ def simulate_sequences(setup: DesSetup, calls: Mapping[int, Sequence[Call]]) -> 
     sequences: dict[int, list[tuple[_CallRun, tuple]]] = {}
     for rank in range(job.nranks):
         steps = []
+        comm_of = (comms or {}).get(rank, ())
         for index, call in enumerate(calls.get(rank, ())):
             _, run_plan, factor, programs = planned[call]
-            c = runs.get((index, call))
+            comm = comm_of[index] if index < len(comm_of) else 0
+            c = runs.get((comm, index, call))
             if c is None:
-                c = runs[(index, call)] = _CallRun(sim, index, run_plan, factor)
+                c = runs[(comm, index, call)] = _CallRun(sim, index, run_plan, factor, comm)
             progs = programs[rank] if programs is not None else _programs(job, run_plan, [rank])[rank]
             steps.append((c, progs))
         sequences[rank] = steps

@@ -1,0 +1,113 @@
+"""The classic hangs, each a small definition: a system, what every rank calls (and what some
+call instead), the environment per rank, the faults, and what a diagnosis must find.
+
+A Scenario promises only what it states; `replay.py` runs it on the DES and writes what the
+people running it would have seen.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Op", "Scenario", "SCENARIOS", "scenario_named"]
+
+DEFAULT_PG = "0 (default_pg)"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One call a rank makes: the collective, its count (NCCL's count argument), type, and the
+    process group (PyTorch's id and description) it is issued on."""
+
+    collective: str
+    count: int
+    dtype: str = "float"
+    pg: str = DEFAULT_PG
+    root: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A hang to replay. Every rank calls `calls` in order, except the ranks `instead` gives their
+    own; `before` calls completed on every rank first (they set the SeqNums). `unlaunched` ranks
+    enqueue their calls but never launch them; `init_failure` ("bootstrap") means the
+    communicator never comes up. `env` is per rank; `faults` and `stragglers` are the DES's
+    --fault and --straggler texts. `expect` is the category a diagnosis must give, `culprits` the
+    ranks it must name."""
+
+    name: str
+    title: str
+    story: str
+    expect: str
+    culprits: tuple[int, ...]
+    calls: tuple[Op, ...] = ()
+    instead: tuple[tuple[int, tuple[Op, ...]], ...] = ()
+    before: int = 0
+    system: str = "dgx-h100"
+    nodes: int = 1
+    gpus_per_node: int = 4
+    nccl_version: str = "2.27"
+    env: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
+    faults: tuple[str, ...] = ()
+    stragglers: tuple[str, ...] = ()
+    unlaunched: tuple[int, ...] = ()
+    init_failure: str | None = None
+    timeout_ms: int = 600000
+
+    @property
+    def nranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def calls_of(self, rank: int) -> tuple[Op, ...]:
+        return dict(self.instead).get(rank, self.calls)
+
+    def env_of(self, rank: int) -> dict[str, str]:
+        return dict(dict(self.env).get(rank, ()))
+
+
+_GRAD = Op("all_reduce", 2106881)  # a gradient bucket, as in NVIDIA/nccl#1409
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario(
+        "rank-divergence", "one rank broadcasts where the others all-reduce",
+        "At the end of an epoch rank 2 takes a data-dependent branch and broadcasts a small tensor where the "
+        "other ranks all-reduce a 64 MiB gradient bucket (NVLink SHARP on this box). Both calls carry the "
+        "same SeqNum: the others wait at the switch for rank 2's share, rank 2 for ring data nobody sends.",
+        "rank-divergence", (2,), calls=(Op("all_reduce", 1 << 24),), instead=((2, (Op("broadcast", 5056),)),),
+        gpus_per_node=8, before=80077),
+    Scenario(
+        "missing-group-end", "one rank never closes ncclGroupStart",
+        "Rank 1 opens a group for its all_reduce and raises before ncclGroupEnd: its operation is enqueued "
+        "but never launched, and its peers wait in theirs.",
+        "stuck-peer", (1,), calls=(_GRAD,), unlaunched=(1,), before=311),
+    Scenario(
+        "straggler", "one rank is still computing when the others time out",
+        "Rank 3 spends 15 minutes in a checkpoint write before its next all_reduce; the others reach the "
+        "600 s watchdog limit waiting in theirs.",
+        "straggler", (3,), calls=(_GRAD,), stragglers=("3:900s",), before=1579),
+    Scenario(
+        "link-down", "a NIC's link fails in the middle of an all_reduce",
+        "On two nodes, node 0's first NIC loses its link to the leaf switch 20 us into an all_reduce: IB "
+        "completions on that connection fail with status 12 (retry exceeded), and every rank hangs.",
+        "fabric", (0, 8), calls=(Op("all_reduce", 1 << 22),), nodes=2, gpus_per_node=8, faults=("link-down:nic(0,0)->leaf(0,0)@20us",
+                                                                             ), before=40),
+    Scenario(
+        "mixed-communicators", "two communicators called in different orders",
+        "Ranks 0-2 all-reduce on the data-parallel group and then on the tensor-parallel group; rank 3's "
+        "threads issue the tensor-parallel call first. Each side waits in the communicator the other is "
+        "not in yet.",
+        "mixed-communicators", (3,), calls=(Op("all_reduce", 1 << 20, pg="1 (dp)"), Op("all_reduce", 4096, pg="2 (tp)")),
+        instead=((3, (Op("all_reduce", 4096, pg="2 (tp)"), Op("all_reduce", 1 << 20, pg="1 (dp)"))),), before=17),
+    Scenario(
+        "bootstrap-blocked", "the root listens on an interface the others cannot reach",
+        "NCCL_SOCKET_IFNAME=docker0 is exported on rank 0 only: the bootstrap root listens on the docker "
+        "bridge, the other ranks' connections to it time out, and ncclCommInitRank never returns.",
+        "bootstrap", (0,), calls=(_GRAD,), env=((0, (("NCCL_SOCKET_IFNAME", "docker0"),)),),
+        init_failure="bootstrap"),
+)}
+
+
+def scenario_named(name: str) -> Scenario:
+    from ..errors import UsageError
+    if name not in SCENARIOS:
+        raise UsageError(f"no scenario '{name}'", "nicksim hang replay", ", ".join(SCENARIOS))
+    return SCENARIOS[name]

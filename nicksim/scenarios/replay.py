@@ -1,0 +1,240 @@
+"""A scenario run on the DES, and what its people would have seen.
+
+`replay(scenario, out_dir)` builds the scenario's job, runs every rank's own calls through
+`simulate_sequences` with its faults and stragglers and the watchdog limit, and reads from the
+HangReport where each rank stands: in a call it launched and waits in, enqueued but never
+launched, not yet at the call (still in its own work), or done. It then writes, per rank, the
+lines NCCL_DEBUG=INFO and PyTorch's ProcessGroupNCCL would have printed (init, settings, the IB
+error where a fault stalled that rank's transfers, the watchdog timeout and its last enqueued /
+completed line) to rank<R>.log, a Flight Recorder dump in PyTorch's JSON form to
+nccl_trace_rank_<R>.json, the DES's Chrome trace to trace.json, and diagnoses those files as
+`nicksim hang diagnose` would. A scenario whose communicator never comes up (`init_failure`)
+never reaches the DES: its ranks print the bootstrap's failure instead.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..calls import Call
+from ..forensics import Diagnosis, diagnose, read_evidence
+from ..job import JobSpec, load_job
+from ..params import read_params
+from ..trace import chrome_trace
+from .library import Op, Scenario
+
+__all__ = ["Standing", "Replay", "replay", "OP_TYPES"]
+
+# PyTorch's OpType as its watchdog prints it, and its Flight Recorder profiling name, per collective
+# (c10d's opTypeToString; all_gather and reduce_scatter as the *_into_tensor calls issue them).
+OP_TYPES = {"all_reduce": ("ALLREDUCE", "nccl:all_reduce"), "broadcast": ("BROADCAST", "nccl:broadcast"),
+            "reduce": ("REDUCE", "nccl:reduce"), "all_gather": ("_ALLGATHER_BASE", "nccl:_allgather_base"),
+            "reduce_scatter": ("_REDUCE_SCATTER_BASE", "nccl:_reduce_scatter_base"),
+            "alltoall": ("ALLTOALL_BASE", "nccl:all_to_all")}
+_REDOP = {"all_reduce": "sum", "reduce": "sum", "reduce_scatter": "sum"}
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where a rank stands when the watchdog fires: `state` "started" (in call `index` of its
+    own, launched), "scheduled" (enqueued, never launched), "behind" (not yet at it) or "done"."""
+
+    rank: int
+    state: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A replayed scenario: where each rank stood, the DES's hang report lines, the files written
+    and the diagnosis of them."""
+
+    scenario: Scenario
+    standing: tuple[Standing, ...]
+    hang_lines: tuple[str, ...]
+    files: tuple[str, ...]
+    diagnosis: Diagnosis
+
+
+def _numels(op: Op, nranks: int) -> tuple[int, int]:
+    if op.collective == "all_gather":
+        return op.count, op.count * nranks
+    if op.collective == "reduce_scatter":
+        return op.count * nranks, op.count
+    return op.count, op.count
+
+
+def _call(op: Op, nranks: int) -> Call:
+    root = op.root if op.collective in ("broadcast", "reduce") else -1
+    return Call(op.collective, op.count, op.dtype, _REDOP.get(op.collective, "none"), root, nranks)
+
+
+def _standings(scenario: Scenario, run, delays: dict[int, float]) -> list[Standing]:
+    blocked: dict[int, int] = {}
+    for b in (run.hang.blocked if run.hang else ()):
+        blocked[b.rank] = min(blocked.get(b.rank, b.call_index), b.call_index)
+    hang_us = run.hang.time_us if run.hang else run.time_us
+    out = []
+    for rank in range(scenario.nranks):
+        if rank in scenario.unlaunched:
+            out.append(Standing(rank, "scheduled", 0))
+        elif delays.get(rank, 0.0) >= hang_us:
+            out.append(Standing(rank, "behind", 0))
+        elif rank in blocked:
+            out.append(Standing(rank, "started", blocked[rank]))
+        else:
+            out.append(Standing(rank, "done", len(scenario.calls_of(rank))))
+    return out
+
+
+class _Writer:
+    """The lines and dump one rank leaves behind."""
+
+    def __init__(self, scenario: Scenario, rank: int, gpus_per_node: int):
+        self.s, self.rank = scenario, rank
+        self.node, self.dev = divmod(rank, gpus_per_node)
+        self.host, self.pid = f"node-{self.node:02d}", 4100 + rank
+        self.lines: list[str] = []
+
+    def nccl(self, text: str, tid: int | None = None, where: str = "") -> None:
+        # torchrun --tee prefixes every line of a rank's output with its rank
+        self.lines.append(f"[rank{self.rank}]:{self.host}:{self.pid}:{tid or self.pid} [{self.dev}] {where}NCCL {text}")
+
+    def init(self, nranks: int, version: str, failed: bool, root_iface: str) -> None:
+        iface = self.s.env_of(self.rank).get("NCCL_SOCKET_IFNAME", "eth0")
+        address = "172.17.0.1" if iface == "docker0" else f"10.1.{self.node}.1"
+        self.nccl(f"INFO Bootstrap : Using {iface}:{address}<0>")
+        if self.rank == 0:
+            self.nccl(f"INFO NCCL version {version}+cuda12.4")
+        for name, value in sorted(self.s.env_of(self.rank).items()):
+            self.nccl(f"INFO {name} set by environment to {value}")
+        if failed and self.rank != 0:
+            self.nccl(f"WARN socketStartConnect: Connect to 172.17.0.1<39615> failed : Connection timed out "
+                      f"(root on {root_iface})", self.pid + 1, "misc/socket.cc:484 ")
+            self.nccl("INFO misc/socket.cc:565 -> 6", self.pid + 1)
+            self.nccl("INFO bootstrap.cc:136 -> 6", self.pid + 1)
+            self.lines.append(f"[rank{self.rank}]: torch.distributed.DistBackendError: NCCL error in: "
+                              "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+                              f"details), NCCL version {version}")
+            self.lines.append(f"[rank{self.rank}]: ncclSystemError: System call (e.g. socket, malloc) or external "
+                              "library call failed or device error. Last error: socketStartConnect: Connect to "
+                              "172.17.0.1<39615> failed : Connection timed out")
+        elif not failed:
+            self.nccl(f"INFO comm 0x7f{self.rank:04x}c0 rank {self.rank} nranks {nranks} cudaDev {self.dev} nvmlDev "
+                      f"{self.dev} busId {0x18 + 0x10 * self.dev:x}000 commId 0x5d2e8a1f - Init COMPLETE")
+
+    def fabric_error(self, peer: int) -> None:
+        self.nccl(f"WARN NET/IB : Got completion from peer 10.1.{peer // self.s.gpus_per_node}.1<51{peer:03d}> with "
+                  "status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.1.0.1 hca mlx5_0",
+                  self.pid + 2, "transport/net_ib.cc:1697 ")
+        self.nccl("INFO transport/net.cc:1300 -> 6", self.pid + 2)
+
+    def watchdog(self, op: Op, seq: int, enqueued: int, completed: int, ran_ms: int) -> None:
+        optype = OP_TYPES[op.collective][0]
+        numel_in, numel_out = _numels(op, self.s.nranks)
+        tag = f"[rank{self.rank}]:[E1201 03:14:{15 + self.rank % 40:02d}.{418265 + self.rank:09d} "
+        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:632] [PG {op.pg} Rank {self.rank}] Watchdog caught collective "
+                          f"operation timeout: WorkNCCL(SeqNum={seq}, OpType={optype}, NumelIn={numel_in}, "
+                          f"NumelOut={numel_out}, Timeout(ms)={self.s.timeout_ms}) ran for {ran_ms} milliseconds "
+                          "before timing out.")
+        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1664] [PG {op.pg} Rank {self.rank}] Exception (either an error "
+                          f"or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {enqueued}, "
+                          f"last completed NCCL work: {completed}.")
+
+    def flight_recorder(self, standing: Standing, seqs: list[tuple[Op, int]]) -> dict:
+        """PyTorch's dump (version 2.4 fields) of this rank's calls: the `before` ones completed, then
+        its own calls as far as it got."""
+        entries, status = [], {}
+        for record, (op, seq) in enumerate(seqs):
+            reached = standing.state == "done" or seq - self.s.before - 1 < standing.index or \
+                (seq - self.s.before - 1 == standing.index and standing.state in ("started", "scheduled"))
+            if not reached:
+                break
+            here = seq - self.s.before - 1 == standing.index and standing.state in ("started", "scheduled")
+            state = standing.state if here else "completed"
+            numel_in, numel_out = _numels(op, self.s.nranks)
+            pg_id, _, desc = op.pg.partition(" ")
+            entries.append({"record_id": record, "pg_id": int(pg_id), "process_group": [pg_id, desc.strip("()")],
+                            "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
+                            "profiling_name": OP_TYPES[op.collective][1], "time_created_ns": 1733022855 * 10**9 + seq,
+                            "input_sizes": [[numel_in]], "input_dtypes": ["Float"], "output_sizes": [[numel_out]],
+                            "output_dtypes": ["Float"], "state": state, "retired": state == "completed",
+                            "timeout_ms": self.s.timeout_ms, "is_p2p": False, "frames": []})
+            last = status.setdefault(pg_id, {"last_enqueued_collective": -1, "last_started_collective": -1,
+                                             "last_completed_collective": -1})
+            last["last_enqueued_collective"] = seq
+            if state != "scheduled":
+                last["last_started_collective"] = seq
+            if state == "completed":
+                last["last_completed_collective"] = seq
+        return {"version": "2.4", "rank": self.rank, "pg_config": {}, "pg_status": status, "entries": entries}
+
+
+_TRACE_BUFFER = 16  # the earlier calls a dump keeps (TORCH_NCCL_TRACE_BUFFER_SIZE is a ring)
+
+
+def _sequence(scenario: Scenario, rank: int) -> list[tuple[Op, int]]:
+    """The rank's calls with their SeqNums (each process group counts its own; the calls before
+    the scenario count on the first call's group, the last _TRACE_BUFFER of them listed)."""
+    ops = scenario.calls_of(rank)
+    counters: dict[str, int] = {}
+    out = [(ops[0] if ops else Op("all_reduce", 1), seq)
+           for seq in range(max(1, scenario.before - _TRACE_BUFFER + 1), scenario.before + 1)]
+    counters[(ops[0] if ops else Op("all_reduce", 1)).pg] = scenario.before
+    for op in ops:
+        counters[op.pg] = counters.get(op.pg, 0) + 1
+        out.append((op, counters[op.pg]))
+    return out
+
+
+def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
+    """Run `scenario` (see the module docstring), writing its files under `out_dir`."""
+    from ..model.engine import des_setup, simulate_sequences
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    params = read_params({})
+    job = load_job(JobSpec(system=scenario.system, nodes=scenario.nodes, gpus_per_node=scenario.gpus_per_node,
+                           nccl_version=scenario.nccl_version), params)
+    version = f"{scenario.nccl_version}.7" if scenario.nccl_version.count(".") == 1 else scenario.nccl_version
+    writers = [_Writer(scenario, r, scenario.gpus_per_node) for r in range(scenario.nranks)]
+    files: list[str] = []
+    if scenario.init_failure:
+        root_iface = scenario.env_of(0).get("NCCL_SOCKET_IFNAME", "eth0")
+        for w in writers:
+            w.init(scenario.nranks, version, True, root_iface)
+        standing, hang_lines = [Standing(r, "behind", 0) for r in range(scenario.nranks)], ()
+    else:
+        for w in writers:
+            w.init(scenario.nranks, version, False, "")
+        calls = {r: [_call(op, scenario.nranks) for op in scenario.calls_of(r)]
+                 for r in range(scenario.nranks) if r not in scenario.unlaunched}
+        setup = des_setup(job, faults=scenario.faults, stragglers=scenario.stragglers,
+                          timeout_us=scenario.timeout_ms * 1e3, trace=True)
+        comms = {r: [int(op.pg.split()[0]) for op in scenario.calls_of(r)] for r in calls}
+        run = simulate_sequences(setup, calls, comms)
+        standing = _standings(scenario, run, dict(setup.stragglers))
+        hang_lines = tuple(run.hang.lines()) if run.hang else ()
+        for stall in (run.hang.stalls if run.hang else ()):
+            for end, peer in ((stall.src, stall.dst[0]), *((d, stall.src) for d in stall.dst)):
+                if not any("status=12" in line for line in writers[end].lines):
+                    writers[end].fabric_error(peer)
+        _write(out / "trace.json", json.dumps(chrome_trace(run)))
+        files.append(str(out / "trace.json"))
+        for w, stand in zip(writers, standing):
+            seqs = _sequence(scenario, w.rank)
+            dump = w.flight_recorder(stand, seqs)
+            if stand.state in ("started", "scheduled"):
+                op, seq = seqs[len(seqs) - len(scenario.calls_of(w.rank)) + stand.index]
+                w.watchdog(op, seq, seq, seq - 1, scenario.timeout_ms + 26 + w.rank)
+            _write(out / f"nccl_trace_rank_{w.rank}.json", json.dumps(dump, indent=1))
+            files.append(str(out / f"nccl_trace_rank_{w.rank}.json"))
+    for w in writers:
+        _write(out / f"rank{w.rank}.log", "\n".join(w.lines) + "\n")
+        files.append(str(out / f"rank{w.rank}.log"))
+    logs = [f for f in files if not f.endswith("trace.json")]
+    return Replay(scenario, tuple(standing), hang_lines, tuple(files), diagnose(read_evidence(logs)))
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
