@@ -54,7 +54,7 @@ _FABRIC = re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport r
 _BOOTSTRAP = re.compile(r"bootstrap|Call to connect|Connection timed out|Connection refused|"
                         r"no socket interface found|No usable listening interface|socketStartConnect|"
                         r"Connect to .* failed", re.I)
-_CONFIG = re.compile(r"Duplicate GPU detected|invalid usage|ncclInvalidUsage|ncclInvalidArgument|"
+_CONFIG = re.compile(r"Duplicate GPU detected|invalid usage|ncclInvalidUsage|ncclInvalidArgument|not compatible|"
                      r"NVLS.*(?:not supported|fail)|MIG|version mismatch|different NCCL version", re.I)
 _TRIGGER = re.compile(r"NCCL|watchdog|Out of bounds|WARN|INFO|bootstrap|Xid|NVLink|Connection|comm 0x", re.I)
 
@@ -277,7 +277,7 @@ class _Collector:
         for setting in _SETTING.finditer(text):
             # What NCCL says it read is per process; a command line's NAME=VALUE is for every rank.
             if nccl and _SET_BY_ENV in text:
-                self.settings.setdefault(source, {})[setting.group(1)] = setting.group(2)
+                self.settings.setdefault(rank if rank is not None else source, {})[setting.group(1)] = setting.group(2)
             self.keep(Event("setting", name, number, text, rank, ((setting.group(1), setting.group(2)),)))
         iface = _BOOTSTRAP_IFACE.search(text)
         if iface:
@@ -598,13 +598,26 @@ def _config_mismatch(ev: Evidence) -> Diagnosis | None:
     versions = set(ev.versions.values())
     if not differing and len(versions) <= 1:
         return None
-    parts = [f"{name}: " + ", ".join(f"{v or 'unset'} on {src}" for src, v in sorted(by.items(), key=str))
-             for name, by in sorted(differing.items())]
+    def who(src) -> str:
+        return f"rank {src}" if isinstance(src, int) else str(src)
+
+    parts, culprits = [], set()
+    for name, by in sorted(differing.items()):
+        groups: dict = {}
+        for src, value in by.items():
+            groups.setdefault(value, []).append(src)
+        common = max(groups, key=lambda v: len(groups[v]))
+        culprits |= {src for value, srcs in groups.items() if value != common for src in srcs if isinstance(src, int)}
+        parts.append(f"{name}: " + "; ".join(f"{value or 'unset'} on {', '.join(who(x) for x in sorted(srcs, key=str))}"
+                                           for value, srcs in sorted(groups.items(), key=lambda kv: str(kv[0]))))
     if len(versions) > 1:
         parts.append("NCCL versions " + ", ".join(sorted(versions)))
-    return Diagnosis("config-mismatch", "the ranks run with different settings: " + "; ".join(parts), (), None,
-                     (), "medium", ("set the same NCCL_* variables and the same NCCL on every rank",
-                                    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV: what each rank read"))
+    evidence = tuple(e for e in ev.of("setting") if any(e.get(name) for name in differing))[:8]
+    return Diagnosis("config-mismatch", "the ranks run with different settings: " + " | ".join(parts),
+                     tuple(sorted(culprits)), _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None,
+                     evidence, "medium" if culprits else "low",
+                     ("set the same NCCL_* variables and the same NCCL on every rank (the launcher's -x / --export)",
+                      "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV: what each rank read"))
 
 
 _BOOTSTRAP_STEPS = (

@@ -103,6 +103,21 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "bridge, the other ranks' connections to it time out, and ncclCommInitRank never returns.",
         "bootstrap", (0,), calls=(_GRAD,), env=((0, (("NCCL_SOCKET_IFNAME", "docker0"),)),),
         init_failure="bootstrap"),
+    Scenario(
+        "p2p-disable-mismatch", "one rank disables P2P, its peers do not",
+        "NCCL_P2P_DISABLE=1 reaches rank 1 only (a per-node job script): rank 1 connects to its NVLink peers "
+        "through shared memory while they connect to it through P2P/IPC, so nothing crosses those connections "
+        "and the first all_reduce hangs every rank.",
+        "config-mismatch", (1,), calls=(_GRAD,), before=0,
+        env=tuple((r, (("NCCL_SOCKET_IFNAME", "eth0"),) + ((("NCCL_P2P_DISABLE", "1"),) if r == 1 else ()))
+                  for r in range(4)),
+        faults=("link-down:node0:GPU/1-NVS/0@0us",)),
+    Scenario(
+        "nvls-on-mig", "NVLink SHARP forced on MIG instances",
+        "Four ranks run on four MIG instances of one H100 with NCCL_NVLS_ENABLE=1: several ranks share one NVML "
+        "device, which NVLS cannot serve, and ncclCommInitRank fails with ncclInvalidUsage on every rank.",
+        "config-mismatch", (0, 1, 2, 3), calls=(_GRAD,),
+        env=tuple((r, (("NCCL_NVLS_ENABLE", "1"),)) for r in range(4)), init_failure="nvls-mig"),
 )}
 
 

@@ -101,7 +101,7 @@ class _Writer:
         # torchrun --tee prefixes every line of a rank's output with its rank
         self.lines.append(f"[rank{self.rank}]:{self.host}:{self.pid}:{tid or self.pid} [{self.dev}] {where}NCCL {text}")
 
-    def init(self, nranks: int, version: str, failed: bool, root_iface: str) -> None:
+    def init(self, nranks: int, version: str, failed: str | None, root_iface: str) -> None:
         iface = self.s.env_of(self.rank).get("NCCL_SOCKET_IFNAME", "eth0")
         address = "172.17.0.1" if iface == "docker0" else f"10.1.{self.node}.1"
         self.nccl(f"INFO Bootstrap : Using {iface}:{address}<0>")
@@ -109,7 +109,17 @@ class _Writer:
             self.nccl(f"INFO NCCL version {version}+cuda12.4")
         for name, value in sorted(self.s.env_of(self.rank).items()):
             self.nccl(f"INFO {name} set by environment to {value}")
-        if failed and self.rank != 0:
+        if failed == "nvls-mig":
+            # transport/nvls.cc ncclNvlsInit (2.19+): several ranks on one NVML device and NCCL_NVLS_ENABLE=1
+            self.nccl('WARN NCCL_NVLS_ENABLE has been set to "1" and communicator has multiple ranks using the same '
+                      'NVML device. This is not compatible with NCCL_NVLS_ENABLE=1.', None, "transport/nvls.cc:254 ")
+            self.nccl("INFO init.cc:1552 -> 5")
+            self.lines.append(f"[rank{self.rank}]: torch.distributed.DistBackendError: NCCL error in: "
+                              f"ProcessGroupNCCL.cpp:1970, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL "
+                              f"version {version}")
+            self.lines.append(f"[rank{self.rank}]: ncclInvalidUsage: This usually reflects invalid usage of NCCL "
+                              "library.")
+        elif failed and self.rank != 0:
             self.nccl(f"WARN socketStartConnect: Connect to 172.17.0.1<39615> failed : Connection timed out "
                       f"(root on {root_iface})", self.pid + 1, "misc/socket.cc:484 ")
             self.nccl("INFO misc/socket.cc:565 -> 6", self.pid + 1)
@@ -202,11 +212,11 @@ def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
     if scenario.init_failure:
         root_iface = scenario.env_of(0).get("NCCL_SOCKET_IFNAME", "eth0")
         for w in writers:
-            w.init(scenario.nranks, version, True, root_iface)
+            w.init(scenario.nranks, version, scenario.init_failure, root_iface)
         standing, hang_lines = [Standing(r, "behind", 0) for r in range(scenario.nranks)], ()
     else:
         for w in writers:
-            w.init(scenario.nranks, version, False, "")
+            w.init(scenario.nranks, version, None, "")
         calls = {r: [_call(op, scenario.nranks) for op in scenario.calls_of(r)]
                  for r in range(scenario.nranks) if r not in scenario.unlaunched}
         setup = des_setup(job, faults=scenario.faults, stragglers=scenario.stragglers,
@@ -216,6 +226,8 @@ def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
         standing = _standings(scenario, run, dict(setup.stragglers))
         hang_lines = tuple(run.hang.lines()) if run.hang else ()
         for stall in (run.hang.stalls if run.hang else ()):
+            if not stall.link.startswith("nic("):  # a NIC's error, where the network failed
+                continue
             for end, peer in ((stall.src, stall.dst[0]), *((d, stall.src) for d in stall.dst)):
                 if not any("status=12" in line for line in writers[end].lines):
                     writers[end].fabric_error(peer)
