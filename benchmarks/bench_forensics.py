@@ -57,7 +57,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "nccl.log"
-        write_log(path, parse_size(args.size))
+        write_log(path, parse_size(args.size, "--size"))
         size_mb = path.stat().st_size / 1e6
         found = diagnose(read_evidence([path]))
         ours = median_seconds(lambda: diagnose(read_evidence([path])), args.repeat)

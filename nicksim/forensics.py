@@ -127,7 +127,7 @@ _BLOCK = 1 << 22
 # log (channel and ring lines by the million) is never decoded.
 _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
     b"WorkNCCL", b"atchdog", b"last enqueued", b"Out of bounds", b"WARN", b"comm 0x", b"Init COMPLETE",
-    b"NCCL version", b"NCCL_", b"rror", b"ERROR", b"retry", b"Xid", b"NVLink", b"ootstrap", b"onnect",
+    b"NCCL version", b"NCCL_", b"rror", b"ERROR", b"retry", b"Xid", b"NVLink", b"ootstrap", b"onnect ", b"onnection",
     b"socket interface", b"listening interface", b"Duplicate GPU", b"NVLS", b"MIG", b"status=12", b"catastrophic",
     b"DOWN", b"mismatch", b"```")))  # plain words: one pass of the regex engine over a block, no backtracking
 
