@@ -486,7 +486,8 @@ def _mixed_communicators(ev: Evidence) -> Diagnosis | None:
                      tuple(culprits), _collective(ev.timeouts[culprits[0]]) if culprits else None, evidence, "medium",
                      ("issue the collectives of every communicator in the same order on every rank, or from one "
                       "thread", "TORCH_NCCL_DESYNC_DEBUG=1 and the Flight Recorder (TORCH_NCCL_TRACE_BUFFER_SIZE) "
-                      "show each rank's order", "NCCL_LAUNCH_MODE=GROUP serialises the launches of one process"))
+                      "show each rank's order", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL on every rank: the order each rank issued "
+                      "its collectives in, per communicator (commHash)"))
 
 
 def _behind(ev: Evidence) -> Diagnosis | None:
