@@ -23,6 +23,9 @@ def test_every_replay_is_diagnosed_as_its_own_category_with_its_culprits(name, t
     assert done.diagnosis.category == scenario.expect, done.diagnosis.why
     assert set(done.diagnosis.culprit_ranks) == set(scenario.culprits), done.diagnosis.why
     names = {p.name for p in tmp_path.iterdir()}
+    if scenario.torn_lines:  # an nccl-tests run that completed with wrong data
+        assert names == {"all_reduce_perf.out"}
+        return
     assert {f"rank{r}.log" for r in range(scenario.nranks)} <= names
     if scenario.init_failure is None:  # the communicator came up: the DES ran, the dumps and trace exist
         assert done.hang_lines and done.hang_lines[0].startswith("hang:")
@@ -42,6 +45,14 @@ def test_replay_from_the_command_line_and_diagnose_its_files(tmp_path):
     assert replayed["scenario"] == "rank-divergence"
     assert diagnosed["category"] == replayed["category"] == "rank-divergence"
     assert diagnosed["culprit_ranks"] == replayed["culprit_ranks"] == [2]
+
+
+def test_forcing_ll128_where_nccl_enables_it_itself_is_no_scenario(tmp_path):
+    from dataclasses import replace as changed
+    from nicksim.errors import UsageError
+    on_nvlink = changed(SCENARIOS["ll128-unsupported"], nodes=1, gpus_per_node=8, fabric=None)
+    with pytest.raises(UsageError, match="enables LL128"):
+        replay(on_nvlink, tmp_path)
 
 
 def test_the_list_names_every_scenario():

@@ -52,6 +52,8 @@ class Scenario:
     unlaunched: tuple[int, ...] = ()
     init_failure: str | None = None
     timeout_ms: int = 600000
+    fabric: str | None = None
+    torn_lines: int = 0  # nccl-tests scenarios: LL128 lines whose flag landed before their data
 
     @property
     def nranks(self) -> int:
@@ -118,6 +120,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "device, which NVLS cannot serve, and ncclCommInitRank fails with ncclInvalidUsage on every rank.",
         "config-mismatch", (0, 1, 2, 3), calls=(_GRAD,),
         env=tuple((r, (("NCCL_NVLS_ENABLE", "1"),)) for r in range(4)), init_failure="nvls-mig"),
+    Scenario(
+        "ll128-unsupported", "LL128 forced across nodes over sockets",
+        "all_reduce_perf on two nodes of one GPU each, NCCL_IB_DISABLE=1 and NCCL_PROTO=LL128: NCCL's own rules "
+        "keep LL128 off this path (its 128-byte stores need not arrive whole over the network), the user's "
+        "setting turns it on, and one line whose flag overtook its data leaves stale values: nccl-tests' check "
+        "fails. (The torn line is the scenario's injected fault; how many tear is the platform's.)",
+        "data-corruption", (), calls=(Op("all_reduce", 1 << 21),), nodes=2, gpus_per_node=1, fabric="tcp",
+        env=tuple((r, (("NCCL_PROTO", "LL128"), ("NCCL_IB_DISABLE", "1"))) for r in range(2)), torn_lines=1),
 )}
 
 

@@ -198,17 +198,51 @@ def _sequence(scenario: Scenario, rank: int) -> list[tuple[Op, int]]:
     return out
 
 
+def _nccl_tests(scenario: Scenario, job, out: Path, version: str) -> tuple[list[str], tuple[str, ...]]:
+    """An nccl-tests run of the scenario's one call, timed by the DES, with its torn LL128 lines
+    counted as nccl-tests counts wrong elements; the command line and table as rank 0 prints them.
+    Refused where NCCL's own rules would enable LL128 here (nothing would be unsupported)."""
+    from ..errors import UsageError
+    from ..model.engine import des_setup, simulate
+    from ..report import ResultRow, format_row, measurement, table_footer, table_header
+    own = load_job(job.spec, read_params({k: v for k, v in scenario.env_of(0).items() if k != "NCCL_PROTO"}))
+    if own.comm.table.bw("AllReduce", "Ring", "LL128") > 0:
+        raise UsageError(f"{scenario.name}: NCCL enables LL128 on {scenario.system} by itself", "scenario",
+                         "a path where NCCL's rules keep LL128 off")
+    op = scenario.calls[0]
+    call = _call(op, scenario.nranks)
+    run = simulate(des_setup(job), call)
+    elems_per_line = 120 // call.elem_nbytes  # an LL128 line: 120 data bytes, one 8-byte flag
+    wrong = scenario.torn_lines * elems_per_line
+    row = ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root,
+                    measurement(call.collective, call.nranks, call.nbytes, run.time_us, wrong),
+                    measurement(call.collective, call.nranks, call.nbytes, run.time_us, 0),
+                    {"algorithm": run.plan.algorithm, "protocol": run.plan.protocol})
+    env = " ".join(f"-x {k}={v}" for k, v in sorted(scenario.env_of(0).items()))
+    lines = [f"mpirun --allow-run-as-root -np {scenario.nranks} -npernode {scenario.gpus_per_node} -x NCCL_DEBUG=WARN "
+             f"{env} all_reduce_perf -b {call.nbytes} -e {call.nbytes} -c 1 -n 1 -w 0", f"NCCL version {version}",
+             *table_header(), format_row(row), *table_footer(call.collective, [row])]
+    return lines, (f"the DES ran the all_reduce as {run.plan.algorithm}/{run.plan.protocol} in {run.time_us:.1f} us",)
+
+
 def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
     """Run `scenario` (see the module docstring), writing its files under `out_dir`."""
     from ..model.engine import des_setup, simulate_sequences
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     params = read_params({})
+    params = read_params(scenario.env_of(0)) if scenario.torn_lines else params
     job = load_job(JobSpec(system=scenario.system, nodes=scenario.nodes, gpus_per_node=scenario.gpus_per_node,
-                           nccl_version=scenario.nccl_version), params)
+                           nccl_version=scenario.nccl_version, fabric=scenario.fabric), params)
     version = f"{scenario.nccl_version}.7" if scenario.nccl_version.count(".") == 1 else scenario.nccl_version
     writers = [_Writer(scenario, r, scenario.gpus_per_node) for r in range(scenario.nranks)]
     files: list[str] = []
+    if scenario.torn_lines:
+        lines, hang_lines = _nccl_tests(scenario, job, out, version)
+        _write(out / "all_reduce_perf.out", "\n".join(lines) + "\n")
+        files.append(str(out / "all_reduce_perf.out"))
+        standing = [Standing(r, "done", 1) for r in range(scenario.nranks)]
+        return Replay(scenario, tuple(standing), hang_lines, tuple(files), diagnose(read_evidence(files)))
     if scenario.init_failure:
         root_iface = scenario.env_of(0).get("NCCL_SOCKET_IFNAME", "eth0")
         for w in writers:
