@@ -651,6 +651,7 @@ def _add_hang_parser(sub) -> None:
     di = verbs.add_parser("diagnose", help="say what went wrong, on which rank, in which collective, from log files")
     di.add_argument("files", nargs="+", metavar="FILE", help="logs of all ranks or some: any mix, in any order")
     di.add_argument("--json", metavar="FILE", help="write the diagnosis as JSON")
+    _add_system_options(di, positional=False)
     di.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     di.set_defaults(run=_run_hang_diagnose)
 
@@ -688,8 +689,11 @@ def _run_hang_replay(args, params: Params) -> int:
 
 
 def _run_hang_diagnose(args, params: Params) -> int:
-    from .forensics import diagnose, format_diagnosis, read_evidence
-    found = diagnose(read_evidence(args.files))
+    from .forensics import diagnose, format_diagnosis, read_evidence, with_waits
+    evidence = read_evidence(args.files)
+    found = diagnose(evidence)
+    if args.system_opt:  # the system is known: where each blocked rank waits, by the recomputed plan
+        found = with_waits(found, evidence, _load(args, params))
     print("\n".join(format_diagnosis(found)))
     if args.json:
         _write_json(args.json, found.to_json())

@@ -28,7 +28,8 @@ from typing import Iterable, Iterator
 
 from .errors import UsageError
 
-__all__ = ["Event", "Evidence", "Diagnosis", "CATEGORIES", "read_evidence", "diagnose", "format_diagnosis"]
+__all__ = ["Event", "Evidence", "Diagnosis", "CATEGORIES", "read_evidence", "diagnose", "format_diagnosis",
+           "with_waits"]
 
 CATEGORIES = ("rank-divergence", "mixed-communicators", "stuck-peer", "straggler", "bootstrap", "fabric",
               "config-mismatch", "data-corruption", "unknown")
@@ -109,10 +110,11 @@ class Diagnosis:
     evidence: tuple[Event, ...] = ()
     confidence: str = "low"
     next_steps: tuple[str, ...] = ()
+    waits: tuple[str, ...] = ()  # where each blocked rank waits, by the plan recomputed on a known system
 
     def to_json(self) -> dict:
         return {"category": self.category, "why": self.why, "culprit_ranks": list(self.culprit_ranks),
-                "collective": self.collective, "confidence": self.confidence,
+                "collective": self.collective, "confidence": self.confidence, "waits": list(self.waits),
                 "evidence": [{"file": e.file, ("entry" if _is_entry(e) else "line"): e.line, "text": e.text}
                              for e in self.evidence],
                 "next_steps": list(self.next_steps)}
@@ -175,6 +177,19 @@ def _matches(buf: bytes, base: int) -> Iterator[tuple[int, str]]:
         end = buf.find(b"\n", match.end())
         line = buf[start:min(end, start + _MAX_LINE)]
         yield number + 1, line.decode("utf-8", errors="replace").rstrip("\r")
+
+
+def _pg(text) -> str | None:
+    """A process group as "ID (description)", whichever way PyTorch wrote it ("0 (default_pg)",
+    "ID 0 PG GUID 0(default_pg)", a Flight Recorder's ["0", "default_pg"])."""
+    if text is None:
+        return None
+    text = " ".join(str(t) for t in text) if isinstance(text, (list, tuple)) else str(text)
+    number = re.search(r"\d+", text)
+    if number is None:
+        return text
+    desc = re.search(r"\(([^)]*)\)", text) or re.match(r"\s*\d+\s+(\S+)\s*$", text)
+    return f"{number.group()} ({desc.group(1)})" if desc else number.group()
 
 
 def _op_name(profiling_name) -> str:
@@ -245,7 +260,7 @@ class _Collector:
                 rank = int(pg.group(2))
             fields = (("seq", int(seq)), ("op", op), ("numel_in", int(numel_in)), ("numel_out", int(numel_out)),
                       ("timeout_ms", int(timeout_ms)), ("ran_ms", int(ran_ms) if ran_ms else None),
-                      ("pg", pg.group(1) if pg else None))
+                      ("pg", _pg(pg.group(1)) if pg else None))
             event = Event("watchdog", name, number, text, rank, fields)
             self.keep(event)
             if self.timed_section is None:
@@ -263,7 +278,7 @@ class _Collector:
             if pg and rank is None:
                 rank = int(pg.group(2))
             fields = (("seq", int(work.group(1))), ("enqueued", int(work.group(2))),
-                      ("completed", int(work.group(3))), ("pg", pg.group(1) if pg else None))
+                      ("completed", int(work.group(3))), ("pg", _pg(pg.group(1)) if pg else None))
             event = Event("work", name, number, text, rank, fields)
             self.keep(event)
             if rank is not None and rank not in self.work and self.section == (self.timed_section or 0):
@@ -315,8 +330,7 @@ class _Collector:
         self.lines += len(entries)
         standing = None
         for number, entry in enumerate(entries, 1):
-            pg = entry.get("process_group")
-            pg_name = " ".join(str(p) for p in pg) if isinstance(pg, (list, tuple)) else str(entry.get("pg_id"))
+            pg_name = _pg(entry.get("process_group") or entry.get("pg_id"))
             sizes = entry.get("input_sizes") or [[]]
             out_sizes = entry.get("output_sizes") or [[]]
             fields = (("seq", entry.get("collective_seq_id")), ("op", _op_name(entry.get("profiling_name"))),
@@ -683,6 +697,55 @@ def diagnose(ev: Evidence) -> Diagnosis:
                       "TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1: Flight Recorder dumps"))
 
 
+# PyTorch's OpType -> (NCCL collective, which Numel is NCCL's count).
+_COLLECTIVE_OF = {"ALLREDUCE": ("all_reduce", "in"), "BROADCAST": ("broadcast", "in"), "REDUCE": ("reduce", "in"),
+                  "ALLGATHER": ("all_gather", "in"), "_ALLGATHER_BASE": ("all_gather", "in"),
+                  "REDUCE_SCATTER": ("reduce_scatter", "out"), "_REDUCE_SCATTER_BASE": ("reduce_scatter", "out")}
+_DTYPE_OF = {"Float": "float", "Half": "half", "BFloat16": "bfloat16", "Double": "double", "Int": "int32",
+             "Long": "int64", "Char": "int8", "Byte": "uint8"}
+
+
+def with_waits(d: Diagnosis, ev: Evidence, job) -> Diagnosis:
+    """`d` with `waits`: the evidence's calls run again on `job` (the DES, every rank its call, the
+    culprits of a rank that never joined none) to name, per blocked rank, the channel, primitive
+    and peer it waits on. Unchanged where there is no collective to run, or it cannot be run."""
+    from dataclasses import replace
+    from .calls import Call
+    from .model.engine import des_setup, simulate_sequences
+    if not ev.timeouts:
+        return d
+    if max(ev.timeouts) >= job.nranks:
+        return replace(d, waits=(f"the logs name rank {max(ev.timeouts)}; the system given has {job.nranks} ranks: "
+                                 "give its --nodes and --gpus-per-node",))
+    calls = {}
+    for rank, event in sorted(ev.timeouts.items()):
+        known = _COLLECTIVE_OF.get(str(event.get("op")))
+        count = event.get("numel_in") if known and known[1] == "in" else event.get("numel_out")
+        if not known or not count:
+            return replace(d, waits=(f"{event.get('op')} is not a collective the plans cover",))
+        call = Call(known[0], int(count), "float", "sum" if known[0] in ("all_reduce", "reduce", "reduce_scatter")
+                    else "none", 0 if known[0] in ("broadcast", "reduce") else -1, job.nranks)
+        calls[rank] = [call]
+    tally: dict = {}
+    for rank, (call,) in calls.items():
+        tally.setdefault(call, []).append(rank)
+    common = max(tally, key=lambda c: (len(tally[c]), -min(tally[c])))  # most ranks', then the lowest rank's
+    absent = set(d.culprit_ranks) if d.category in ("straggler", "stuck-peer") else set()
+    for rank in range(job.nranks):  # ranks that left no evidence run what the others run
+        if rank not in calls and rank not in absent:
+            calls[rank] = [common]
+    run = simulate_sequences(des_setup(job, timeout_us=1e6), calls)
+    if run.hang is None:
+        return replace(d, waits=("on this system the calls the logs show complete: the hang is not in them",))
+    lines = []
+    for line in run.hang.lines()[1:]:
+        line = line.strip()
+        if line.startswith("done with all their calls:") and absent:
+            line = f"not in the call (the logs show no such call on them): rank(s) {_ranks_text(absent)}"
+        lines.append(line)
+    return replace(d, waits=tuple(lines))
+
+
 def _is_entry(event: Event) -> bool:
     """Whether the event is a Flight Recorder entry (numbered by entry, not by line)."""
     return event.kind == "flight_recorder" or bool(event.get("entry"))
@@ -700,6 +763,9 @@ def format_diagnosis(d: Diagnosis) -> list[str]:
     if d.evidence:
         out.append("evidence:")
         out += [f"  {e.file}{' entry ' if _is_entry(e) else ':'}{e.line}: {e.text[:300]}" for e in d.evidence]
+    if d.waits:
+        out.append("waits (the plan recomputed on the system given):")
+        out += [f"  {line}" for line in d.waits]
     out.append("next steps:")
     out += [f"  - {step}" for step in d.next_steps]
     return out

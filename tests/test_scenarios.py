@@ -55,6 +55,23 @@ def test_forcing_ll128_where_nccl_enables_it_itself_is_no_scenario(tmp_path):
         replay(on_nvlink, tmp_path)
 
 
+def test_a_known_system_names_the_channel_and_peer_each_blocked_rank_waits_on(tmp_path):
+    replay(SCENARIOS["straggler"], tmp_path)
+    files = sorted(str(p) for p in tmp_path.iterdir() if p.name != "trace.json")
+    result = run_cli("hang", "diagnose", *files, "--system", "dgx-h100", "--gpus-per-node", "4", "--nccl-version",
+                     "2.27", "--json", str(tmp_path / "d.json"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["category"] == "straggler" and doc["culprit_ranks"] == [3]
+    waits = {line.split(":")[0]: line for line in doc["waits"]}
+    # The ring's order on this box: rank 0 receives from rank 3, which never joined; the others wait behind it.
+    assert "waits for data from rank 3" in waits["rank 0"]
+    assert all("waits for" in waits[f"rank {r}"] for r in (1, 2))
+    assert any(line.startswith("not in the call") and line.endswith("rank(s) 3") for line in doc["waits"])
+    without = run_cli("hang", "diagnose", *files, "--json", str(tmp_path / "plain.json"))
+    assert json.loads((tmp_path / "plain.json").read_text())["waits"] == [] and without.returncode == 0
+
+
 def test_the_list_names_every_scenario():
     result = run_cli("hang", "list")
     assert result.returncode == 0
