@@ -6,7 +6,9 @@ memory) and keeps what bears on a diagnosis, whatever launcher prefix a line car
 Open MPI's "[1,3]<stderr>:", a pid in brackets): PyTorch's watchdog timeouts (rank, process
 group, SeqNum, OpType, NumelIn, NumelOut, Timeout) and its "last enqueued / last completed NCCL
 work" lines, NCCL's WARN lines and the INFO lines of init and errors, the NCCL_* settings a log
-shows, and nccl-tests' verdict on the data ("Out of bounds values", #wrong). Files may come
+shows, nccl-tests' verdict on the data ("Out of bounds values", #wrong), NCCL's RAS status (text
+or JSON: operation counts per group of ranks, missing and dead ranks) and PyTorch's Flight
+Recorder dumps (its pickle, read as plain data only, or the JSON form). Files may come
 from all ranks or some, in any order; a file of several excerpts in markdown code blocks is read
 as separate incidents, and the ranks' watchdog state is taken from the first that has any.
 
@@ -47,6 +49,10 @@ _COMM = re.compile(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _SETTING = re.compile(r"\b(NCCL_[A-Z0-9_]+)(?: set by environment to |=)([^\s,;'\"()]+)")
 _SET_BY_ENV = " set by environment to "
+# NCCL's RAS status (ncclras, 2.24+: docs/userguide troubleshooting/ras.rst)
+_RAS_GROUP = re.compile(r"^\s*(\d+) ranks? ha(?:ve|s) launched up to operation (\d+)")
+_RAS_MEMBER = re.compile(r"^\s*Rank (\d+) -- GPU (\d+) managed by process (\d+) on node (\S+)")
+_RAS_MISSING = re.compile(r"The missing ranks?: ([\d, ]+)")
 _BOOTSTRAP_IFACE = re.compile(r"Bootstrap ?: Using (\S+?):([0-9a-fA-F.:]+)<")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _FABRIC = re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport retry counter|ibv_poll_cq|"
@@ -57,7 +63,8 @@ _BOOTSTRAP = re.compile(r"bootstrap|Call to connect|Connection timed out|Connect
                         r"Connect to .* failed", re.I)
 _CONFIG = re.compile(r"Duplicate GPU detected|invalid usage|ncclInvalidUsage|ncclInvalidArgument|not compatible|"
                      r"NVLS.*(?:not supported|fail)|MIG|version mismatch|different NCCL version", re.I)
-_TRIGGER = re.compile(r"NCCL|watchdog|Out of bounds|WARN|INFO|bootstrap|Xid|NVLink|Connection|comm 0x", re.I)
+_TRIGGER = re.compile(r"NCCL|watchdog|Out of bounds|WARN|INFO|bootstrap|Xid|NVLink|Connection|comm 0x|launched up to|"
+                      r"-- GPU|missing rank|considered dead", re.I)
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,8 @@ class Evidence:
     nranks: tuple[int, ...] = ()
     init_complete: int = 0
     ifaces: dict = field(default_factory=dict)  # rank (else process) -> (interface, address) of its bootstrap
+    ras_groups: tuple = ()  # NCCL RAS: (launched up to, ranks, listed ranks, event) per operation-count group
+    ras_missing: tuple[int, ...] = ()  # NCCL RAS: ranks missing from the communicators' data (dead, unresponsive)
 
     def of(self, kind: str) -> list[Event]:
         return self.events.get(kind, [])
@@ -131,7 +140,7 @@ _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
     b"WorkNCCL", b"atchdog", b"last enqueued", b"Out of bounds", b"WARN", b"comm 0x", b"Init COMPLETE",
     b"NCCL version", b"NCCL_", b"rror", b"ERROR", b"retry", b"Xid", b"NVLink", b"ootstrap", b"onnect ", b"onnection",
     b"socket interface", b"listening interface", b"Duplicate GPU", b"NVLS", b"MIG", b"status=12", b"catastrophic",
-    b"DOWN", b"mismatch", b"```")))  # plain words: one pass of the regex engine over a block, no backtracking
+    b"DOWN", b"mismatch", b"```", b"launched up to operation", b" -- GPU ", b"missing rank", b"considered dead")))  # plain words: one pass of the regex engine over a block, no backtracking
 
 
 def _lines(stream) -> Iterator[tuple[int, str | None]]:
@@ -229,6 +238,8 @@ class _Collector:
         self.init_complete = 0
         self.lines = 0
         self.ifaces: dict[object, tuple[str, str]] = {}  # rank (else process) -> bootstrap interface, address
+        self.ras_groups: list[list] = []  # [launched up to, count, listed ranks, event]
+        self.ras_missing: set[int] = set()
         self.section = 0  # markdown code blocks: excerpts of separate incidents
         self.timed_section: int | None = None
 
@@ -284,6 +295,8 @@ class _Collector:
             if rank is not None and rank not in self.work and self.section == (self.timed_section or 0):
                 self.work[rank] = event
             return
+        if self._ras_line(name, number, text):
+            return
         oob = _OUT_OF_BOUNDS.search(text)
         if oob:
             self.keep(Event("out_of_bounds", name, number, text, rank,
@@ -317,6 +330,54 @@ class _Collector:
             self.keep(Event("bootstrap", name, number, text, rank))
         elif warn and nccl:
             self.keep(Event("warn", name, number, text, rank))
+
+    def _ras_line(self, name: str, number: int, text: str) -> bool:
+        """A line of NCCL's RAS status: operation-count groups, their listed ranks, missing ranks."""
+        group = _RAS_GROUP.search(text)
+        if group:
+            event = Event("ras", name, number, text.strip(), None, (("count", int(group.group(1))),
+                                                                  ("launched", int(group.group(2)))))
+            self.keep(event)
+            self.ras_groups.append([int(group.group(2)), int(group.group(1)), [], event])
+            return True
+        member = _RAS_MEMBER.search(text)
+        if member and self.ras_groups:
+            self.ras_groups[-1][2].append(int(member.group(1)))
+            return True
+        missing = _RAS_MISSING.search(text)
+        if missing:
+            ranks = {int(r) for r in re.findall(r"\d+", missing.group(1))}
+            self.ras_missing |= ranks
+            self.keep(Event("ras", name, number, text.strip(), None, (("missing", tuple(sorted(ranks))),)))
+            return True
+        if "considered dead" in text:
+            self.keep(Event("ras", name, number, text.strip()))
+            return True
+        return False
+
+    def ras_json(self, name: str, doc: dict) -> None:
+        """ncclras -f json (2.28.7+): per communicator, each rank's collective counts and the ranks
+        missing from it (unresponsive or dead)."""
+        for comm in doc.get("communicators") or []:
+            if not isinstance(comm, dict):
+                continue
+            totals: dict[int, list[int]] = {}
+            for rank in comm.get("ranks") or []:
+                counts = rank.get("collective_counts") or {} if isinstance(rank, dict) else {}
+                total = sum(v for v in counts.values() if isinstance(v, int))
+                totals.setdefault(total, []).append(rank.get("rank"))
+            for index, (total, ranks) in enumerate(sorted(totals.items())):
+                event = Event("ras", name, index + 1, f"communicator {comm.get('hash')}: {len(ranks)} rank(s) launched "
+                              f"{total} collective(s): {', '.join(str(r) for r in ranks[:16])}", None,
+                              (("count", len(ranks)), ("launched", total)))
+                self.keep(event)
+                self.ras_groups.append([total, len(ranks), list(ranks), event])
+            missing = [m.get("rank") for m in comm.get("missing_ranks") or [] if isinstance(m, dict)]
+            if missing:
+                self.ras_missing |= {m for m in missing if isinstance(m, int)}
+                self.keep(Event("ras", name, 0, f"communicator {comm.get('hash')}: missing rank(s) "
+                                f"{', '.join(str(m) for m in missing)}", None, (("missing", tuple(missing)),)))
+        self.lines += 1
 
     def flight_recorder(self, name: str, dump: dict, rank_from_name: int | None) -> None:
         """A rank's Flight Recorder dump: per process group, the first collective not completed
@@ -360,7 +421,8 @@ class _Collector:
 
     def freeze(self, files: tuple[str, ...]) -> Evidence:
         return Evidence(files, self.lines, self.events, self.counts, self.timeouts, self.work, self.settings,
-                        self.versions, tuple(sorted(self.nranks)), self.init_complete, self.ifaces)
+                        self.versions, tuple(sorted(self.nranks)), self.init_complete, self.ifaces,
+                        tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups), tuple(sorted(self.ras_missing)))
 
 
 _FR_MAX_NBYTES = 256 << 20  # a Flight Recorder dump holds a few thousand entries: megabytes
@@ -386,7 +448,9 @@ def _flight_recorder(stream, path: Path) -> dict | None:
         dump = _PlainUnpickler(io.BytesIO(data)).load() if head == b"\x80" else json.loads(data)
     except Exception:  # damaged, truncated or not a dump after all: read as text
         return None
-    return dump if isinstance(dump, dict) and isinstance(dump.get("entries"), list) else None
+    if isinstance(dump, dict) and (isinstance(dump.get("entries"), list) or isinstance(dump.get("communicators"), list)):
+        return dump
+    return None
 
 
 def _rank_in_name(name: str) -> int | None:
@@ -407,6 +471,9 @@ def read_evidence(paths: Iterable[str | Path]) -> Evidence:
         try:
             with open(path, "rb") as stream:
                 dump = _flight_recorder(stream, path)
+                if dump is not None and "communicators" in dump:
+                    collector.ras_json(path.name, dump)
+                    continue
                 if dump is not None:
                     collector.flight_recorder(path.name, dump, _rank_in_name(path.name))
                     continue
@@ -525,6 +592,27 @@ def _behind(ev: Evidence) -> Diagnosis | None:
                               "compare the step times per rank (a slow data loader, checkpoint or host)",
                               "TORCH_NCCL_TRACE_BUFFER_SIZE=2000: the Flight Recorder's last entries per rank"))
     return None
+
+
+def _ras(ev: Evidence) -> Diagnosis | None:
+    """NCCL's RAS status: ranks missing from a communicator's data (their process dead or
+    unresponsive) are the stuck peers; ranks that launched fewer operations than the rest are behind."""
+    steps = ("query RAS again (ncclras, or: echo verbose status | nc localhost 28028): counts that do not move "
+             "mean the communicator is stuck", "py-spy dump --native on the culprit ranks' processes (RAS names "
+             "node and pid)", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,COLL on the culprit ranks")
+    events = tuple(ev.of("ras")[:8])
+    if ev.ras_missing:
+        return Diagnosis("stuck-peer", f"NCCL's RAS misses rank(s) {_ranks_text(ev.ras_missing)} from the "
+                         "communicator's data: their process is dead or unresponsive, and the others wait for it",
+                         ev.ras_missing, None, events, "high", steps)
+    if len({g[0] for g in ev.ras_groups}) < 2:
+        return None
+    lowest = min(g[0] for g in ev.ras_groups)
+    behind = tuple(sorted({r for g in ev.ras_groups if g[0] == lowest for r in g[2]}))
+    counts = "; ".join(f"{g[1]} rank(s) up to operation {g[0]}" for g in sorted(ev.ras_groups, key=lambda g: -g[0]))
+    return Diagnosis("straggler", f"NCCL's RAS: {counts}; the ranks at {lowest} have not launched what the others "
+                     "have (if repeated queries show the same counts, they are stuck before it)", behind, None,
+                     events, "medium" if behind else "low", steps)
 
 
 def _not_launched(ev: Evidence) -> Diagnosis | None:
@@ -684,7 +772,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         return _from_lines(ev, "bootstrap", "bootstrap", "NCCL could not set up the communicator: {first} ({n} "
                            "such line(s), and no rank logged 'Init COMPLETE')",
                            _BOOTSTRAP_STEPS, "high")
-    for rule in (_config_mismatch, _not_launched, _behind, _stuck_peer):
+    for rule in (_config_mismatch, _ras, _not_launched, _behind, _stuck_peer):
         found = rule(ev)
         if found:
             return found

@@ -164,3 +164,49 @@ def test_a_file_that_cannot_be_read_is_one_line_and_status_2(tmp_path, make):
     result = run_cli("hang", "diagnose", str(target))
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and str(target) in result.stderr
+
+
+RAS_BEHIND = """Communicators... (0.01s)
+=============
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         2         8        16        16   RUNNING  MISMATCH
+
+Warnings
+========
+
+#0-0 (5c1f0e27a9d3b441) MISMATCH
+  Communicator ranks have different collective operation counts
+  15 ranks have launched up to operation 2214
+  1 rank has launched up to operation 2213
+  Rank 11 -- GPU 3 managed by process 90211 on node 10.0.3.12
+"""
+
+RAS_DEAD = """Errors
+======
+DEAD
+  1 job process is considered dead (unreachable via the RAS network)
+  Process 77120 on node 10.0.3.14 managing GPU 6
+#0-0 (5c1f0e27a9d3b441) INCOMPLETE
+  Missing communicator data from 1 rank
+  The missing rank: 14
+"""
+
+
+def test_nccl_ras_status_names_the_rank_behind_and_the_dead_one(tmp_path):
+    (tmp_path / "ras.txt").write_text(RAS_BEHIND)
+    behind = diagnose(read_evidence([tmp_path / "ras.txt"]))
+    assert behind.category == "straggler" and behind.culprit_ranks == (11,)
+    (tmp_path / "ras2.txt").write_text(RAS_DEAD)
+    dead = diagnose(read_evidence([tmp_path / "ras2.txt"]))
+    assert dead.category == "stuck-peer" and dead.culprit_ranks == (14,)
+
+
+def test_nccl_ras_json_names_the_missing_rank(tmp_path):
+    doc = {"nccl_version": "2.29.1", "communicators": [{
+        "hash": "0x1f", "size": 4, "ranks_count": 3, "missing_ranks_count": 1,
+        "ranks": [{"rank": r, "collective_counts": {"AllReduce": 40, "Broadcast": 1}} for r in (0, 1, 3)],
+        "missing_ranks": [{"rank": 2, "status": {"unresponsive": True, "considered_dead": False}}]}]}
+    (tmp_path / "ras.json").write_text(json.dumps(doc))
+    found = diagnose(read_evidence([tmp_path / "ras.json"]))
+    assert found.category == "stuck-peer" and found.culprit_ranks == (2,)
