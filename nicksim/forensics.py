@@ -20,7 +20,6 @@ and commands that would confirm or fix it.
 """
 from __future__ import annotations
 
-import io
 import json
 import pickle
 import re
@@ -39,9 +38,14 @@ CATEGORIES = ("rank-divergence", "mixed-communicators", "stuck-peer", "straggler
 _MAX_LINE = 8192
 _KEEP_PER_KIND = 64  # evidence lines kept of each kind; the counts go on
 
-_WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+), NumelIn=(-?\d+), NumelOut=(-?\d+), "
+# PyTorch's WorkNCCL, with NumelIn/NumelOut from 2.1 (1.x and 2.0 print none).
+_WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(-?\d+), NumelOut=(-?\d+))?, "
                        r"Timeout\(ms\)=(\d+)\)(?: ran for (\d+) milliseconds)?")
-_WORK = re.compile(r"at work: (-?\d+), last enqueued NCCL work: (-?\d+), last completed NCCL work: (-?\d+)")
+# The watchdog's progress line, as successive PyTorch releases word it: "... detected by watchdog at
+# work: N, last enqueued NCCL work: E, last completed NCCL work: C", "Timeout at NCCL work: N, ...",
+# "failure detected by watchdog at work sequence id: N PG status: last enqueue: E, last completed: C".
+_WORK = re.compile(r"(?:at work|at NCCL work|at work sequence id):? (-?\d+),?(?: PG status:)? "
+                   r"last enqueue(?:d NCCL work)?: (-?\d+), last completed(?: NCCL work)?: (-?\d+)")
 _PG_RANK = re.compile(r"\[PG (.*?) ?Rank (\d+)\]")
 _RANK_TAG = re.compile(r"\[Rank (\d+)\]|\[rank(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:")
 _NCCL = re.compile(r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?P<rest>.*)")
@@ -133,7 +137,7 @@ class Diagnosis:
 # Reading
 
 
-_BLOCK = 1 << 22
+_BLOCK = 1 << 20
 # Lines worth a closer look, found in whole blocks at once: the rest of a 200 MB NCCL_DEBUG=INFO
 # log (channel and ring lines by the million) is never decoded.
 _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
@@ -269,7 +273,8 @@ class _Collector:
             pg = _PG_RANK.search(text)
             if pg and rank is None:
                 rank = int(pg.group(2))
-            fields = (("seq", int(seq)), ("op", op), ("numel_in", int(numel_in)), ("numel_out", int(numel_out)),
+            fields = (("seq", int(seq)), ("op", op), ("numel_in", int(numel_in) if numel_in else None),
+                      ("numel_out", int(numel_out) if numel_out else None),
                       ("timeout_ms", int(timeout_ms)), ("ran_ms", int(ran_ms) if ran_ms else None),
                       ("pg", _pg(pg.group(1)) if pg else None))
             event = Event("watchdog", name, number, text, rank, fields)
@@ -425,7 +430,7 @@ class _Collector:
                         tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups), tuple(sorted(self.ras_missing)))
 
 
-_FR_MAX_NBYTES = 256 << 20  # a Flight Recorder dump holds a few thousand entries: megabytes
+_FR_MAX_NBYTES = 64 << 20  # a Flight Recorder dump holds a few thousand entries: megabytes
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -443,9 +448,8 @@ def _flight_recorder(stream, path: Path) -> dict | None:
     stream.seek(0)
     if head not in (b"\x80", b"{") or path.stat().st_size > _FR_MAX_NBYTES:
         return None
-    try:
-        data = stream.read()
-        dump = _PlainUnpickler(io.BytesIO(data)).load() if head == b"\x80" else json.loads(data)
+    try:  # a pickle is read from the stream as far as it makes sense; JSON whole (it is at most the cap)
+        dump = _PlainUnpickler(stream).load() if head == b"\x80" else json.load(stream)
     except Exception:  # damaged, truncated or not a dump after all: read as text
         return None
     if isinstance(dump, dict) and (isinstance(dump.get("entries"), list) or isinstance(dump.get("communicators"), list)):
