@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import UsageError
+
 __all__ = ["Op", "Scenario", "SCENARIOS", "scenario_named"]
 
 DEFAULT_PG = "0 (default_pg)"
@@ -132,7 +134,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 
 
 def scenario_named(name: str) -> Scenario:
-    from ..errors import UsageError
+    """The scenario called `name`, or a UsageError listing them."""
     if name not in SCENARIOS:
         raise UsageError(f"no scenario '{name}'", "nicksim hang replay", ", ".join(SCENARIOS))
     return SCENARIOS[name]

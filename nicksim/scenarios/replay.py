@@ -101,9 +101,13 @@ class _Writer:
         # torchrun --tee prefixes every line of a rank's output with its rank
         self.lines.append(f"[rank{self.rank}]:{self.host}:{self.pid}:{tid or self.pid} [{self.dev}] {where}NCCL {text}")
 
-    def init(self, nranks: int, version: str, failed: str | None, root_iface: str) -> None:
+    def address(self) -> tuple[str, str]:
+        """The interface and address this rank's bootstrap uses (NCCL_SOCKET_IFNAME's, else eth0)."""
         iface = self.s.env_of(self.rank).get("NCCL_SOCKET_IFNAME", "eth0")
-        address = "172.17.0.1" if iface == "docker0" else f"10.1.{self.node}.1"
+        return iface, "172.17.0.1" if iface == "docker0" else f"10.1.{self.node}.1"
+
+    def init(self, nranks: int, version: str, failed: str | None, root_address: str) -> None:
+        iface, address = self.address()
         self.nccl(f"INFO Bootstrap : Using {iface}:{address}<0>")
         if self.rank == 0:
             self.nccl(f"INFO NCCL version {version}+cuda12.4")
@@ -120,16 +124,16 @@ class _Writer:
             self.lines.append(f"[rank{self.rank}]: ncclInvalidUsage: This usually reflects invalid usage of NCCL "
                               "library.")
         elif failed and self.rank != 0:
-            self.nccl(f"WARN socketStartConnect: Connect to 172.17.0.1<39615> failed : Connection timed out "
-                      f"(root on {root_iface})", self.pid + 1, "misc/socket.cc:484 ")
+            self.nccl(f"WARN socketStartConnect: Connect to {root_address}<39615> failed : Connection timed out",
+                      self.pid + 1, "misc/socket.cc:484 ")
             self.nccl("INFO misc/socket.cc:565 -> 6", self.pid + 1)
             self.nccl("INFO bootstrap.cc:136 -> 6", self.pid + 1)
             self.lines.append(f"[rank{self.rank}]: torch.distributed.DistBackendError: NCCL error in: "
                               "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
                               f"details), NCCL version {version}")
             self.lines.append(f"[rank{self.rank}]: ncclSystemError: System call (e.g. socket, malloc) or external "
-                              "library call failed or device error. Last error: socketStartConnect: Connect to "
-                              "172.17.0.1<39615> failed : Connection timed out")
+                              f"library call failed or device error. Last error: socketStartConnect: Connect to "
+                              f"{root_address}<39615> failed : Connection timed out")
         elif not failed:
             self.nccl(f"INFO comm 0x7f{self.rank:04x}c0 rank {self.rank} nranks {nranks} cudaDev {self.dev} nvmlDev "
                       f"{self.dev} busId {0x18 + 0x10 * self.dev:x}000 commId 0x5d2e8a1f - Init COMPLETE")
@@ -244,9 +248,8 @@ def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
         standing = [Standing(r, "done", 1) for r in range(scenario.nranks)]
         return Replay(scenario, tuple(standing), hang_lines, tuple(files), diagnose(read_evidence(files)))
     if scenario.init_failure:
-        root_iface = scenario.env_of(0).get("NCCL_SOCKET_IFNAME", "eth0")
         for w in writers:
-            w.init(scenario.nranks, version, scenario.init_failure, root_iface)
+            w.init(scenario.nranks, version, scenario.init_failure, writers[0].address()[1])
         standing, hang_lines = [Standing(r, "behind", 0) for r in range(scenario.nranks)], ()
     else:
         for w in writers:
