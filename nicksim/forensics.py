@@ -57,6 +57,11 @@ _SET_BY_ENV = " set by environment to "
 _RAS_GROUP = re.compile(r"^\s*(\d+) ranks? ha(?:ve|s) launched up to operation (\d+)")
 _RAS_MEMBER = re.compile(r"^\s*Rank (\d+) -- GPU (\d+) managed by process (\d+) on node (\S+)")
 _RAS_MISSING = re.compile(r"The missing ranks?: ([\d, ]+)")
+# TORCH_DISTRIBUTED_DEBUG=DETAIL's check before each collective (ProcessGroupWrapper): "Detected
+# mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(...),
+# but Rank 1 is running collective: CollectiveFingerPrint(...)".
+_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((?:SequenceNumber=(\d+), )?"
+                          r"OpType=(\w+)")
 _BOOTSTRAP_IFACE = re.compile(r"Bootstrap ?: Using (\S+?):([0-9a-fA-F.:]+)<")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _FABRIC = re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport retry counter|ibv_poll_cq|"
@@ -68,7 +73,7 @@ _BOOTSTRAP = re.compile(r"bootstrap|Call to connect|Connection timed out|Connect
 _CONFIG = re.compile(r"Duplicate GPU detected|invalid usage|ncclInvalidUsage|ncclInvalidArgument|not compatible|"
                      r"NVLS.*(?:not supported|fail)|MIG|version mismatch|different NCCL version", re.I)
 _TRIGGER = re.compile(r"NCCL|watchdog|Out of bounds|WARN|INFO|bootstrap|Xid|NVLink|Connection|comm 0x|launched up to|"
-                      r"-- GPU|missing rank|considered dead", re.I)
+                      r"-- GPU|missing rank|considered dead|CollectiveFingerPrint", re.I)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Evidence:
     ifaces: dict = field(default_factory=dict)  # rank (else process) -> (interface, address) of its bootstrap
     ras_groups: tuple = ()  # NCCL RAS: (launched up to, ranks, listed ranks, event) per operation-count group
     ras_missing: tuple[int, ...] = ()  # NCCL RAS: ranks missing from the communicators' data (dead, unresponsive)
+    fingerprints: dict = field(default_factory=dict)  # rank -> (OpType, SequenceNumber) from a desync check
 
     def of(self, kind: str) -> list[Event]:
         return self.events.get(kind, [])
@@ -144,7 +150,8 @@ _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
     b"WorkNCCL", b"atchdog", b"last enqueued", b"Out of bounds", b"WARN", b"comm 0x", b"Init COMPLETE",
     b"NCCL version", b"NCCL_", b"rror", b"ERROR", b"retry", b"Xid", b"NVLink", b"ootstrap", b"onnect ", b"onnection",
     b"socket interface", b"listening interface", b"Duplicate GPU", b"NVLS", b"MIG", b"status=12", b"catastrophic",
-    b"DOWN", b"mismatch", b"```", b"launched up to operation", b" -- GPU ", b"missing rank", b"considered dead")))  # plain words: one pass of the regex engine over a block, no backtracking
+    b"DOWN", b"mismatch", b"```", b"launched up to operation", b" -- GPU ", b"missing rank", b"considered dead",
+    b"CollectiveFingerPrint")))  # plain words: one pass of the regex engine over a block, no backtracking
 
 
 def _lines(stream) -> Iterator[tuple[int, str | None]]:
@@ -244,6 +251,7 @@ class _Collector:
         self.ifaces: dict[object, tuple[str, str]] = {}  # rank (else process) -> bootstrap interface, address
         self.ras_groups: list[list] = []  # [launched up to, count, listed ranks, event]
         self.ras_missing: set[int] = set()
+        self.fingerprints: dict[int, tuple[str, int | None]] = {}  # rank -> (OpType, SequenceNumber)
         self.section = 0  # markdown code blocks: excerpts of separate incidents
         self.timed_section: int | None = None
 
@@ -301,6 +309,12 @@ class _Collector:
                 self.work[rank] = event
             return
         if self._ras_line(name, number, text):
+            return
+        prints = _FINGERPRINT.findall(text)
+        if prints:
+            for who, seq, op in prints:
+                self.fingerprints.setdefault(int(who), (op, int(seq) if seq else None))
+            self.keep(Event("fingerprint", name, number, text, rank))
             return
         oob = _OUT_OF_BOUNDS.search(text)
         if oob:
@@ -427,7 +441,8 @@ class _Collector:
     def freeze(self, files: tuple[str, ...]) -> Evidence:
         return Evidence(files, self.lines, self.events, self.counts, self.timeouts, self.work, self.settings,
                         self.versions, tuple(sorted(self.nranks)), self.init_complete, self.ifaces,
-                        tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups), tuple(sorted(self.ras_missing)))
+                        tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups), tuple(sorted(self.ras_missing)),
+                        self.fingerprints)
 
 
 _FR_MAX_NBYTES = 64 << 20  # a Flight Recorder dump holds a few thousand entries: megabytes
@@ -535,6 +550,27 @@ def _watchdog_groups(ev: Evidence) -> dict:
         key = (event.get("op"), event.get("numel_in"), event.get("numel_out"))
         groups.setdefault(event.get("pg"), {}).setdefault(event.get("seq"), {}).setdefault(key, set()).add(rank)
     return groups
+
+
+def _fingerprint_mismatch(ev: Evidence) -> Diagnosis | None:
+    """PyTorch's own desync check named the collectives ranks were about to run."""
+    if not ev.fingerprints:
+        return None
+    by_op: dict[str, list[int]] = {}
+    for rank, (op, _) in ev.fingerprints.items():
+        by_op.setdefault(op, []).append(rank)
+    if len(by_op) < 2:
+        return None
+    ordered = sorted(by_op.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
+    majority = set(ordered[0][1]) if len(ordered[0][1]) > len(ordered[1][1]) else set()
+    culprits = tuple(sorted(r for _, ranks in ordered for r in ranks if r not in majority))
+    seq = next((s for _, s in ev.fingerprints.values() if s is not None), None)
+    described = "; ".join(f"{op} on rank(s) {_ranks_text(ranks)}" for op, ranks in ordered)
+    return Diagnosis("rank-divergence", f"PyTorch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found the ranks "
+                     f"running different collectives{f' at SequenceNumber {seq}' if seq is not None else ''}: "
+                     f"{described}", culprits, {"op": ev.fingerprints[culprits[0]][0], "seq": seq, "numel_in": None,
+                                                "numel_out": None, "communicator": None, "timeout_ms": None},
+                     tuple(ev.of("fingerprint")[:6]), "high" if majority else "medium", _DIVERGENCE_STEPS)
 
 
 def _divergence(ev: Evidence) -> Diagnosis | None:
@@ -757,7 +793,7 @@ def _odd_interfaces(ev: Evidence) -> Diagnosis | None:
 
 def diagnose(ev: Evidence) -> Diagnosis:
     """The most specific diagnosis the evidence supports (see the module docstring)."""
-    for rule in (_data_corruption, _divergence, _mixed_communicators):
+    for rule in (_data_corruption, _fingerprint_mismatch, _divergence, _mixed_communicators):
         found = rule(ev)
         if found:
             return found

@@ -231,3 +231,15 @@ def test_a_watchdog_line_without_numel_from_older_pytorch(tmp_path):
     lines = [old.format(r=r, op="BROADCAST" if r == 1 else "ALLREDUCE") for r in range(4)]
     found = diagnose(read_evidence([write(tmp_path, "old.log", lines)]))
     assert found.category == "rank-divergence" and found.culprit_ranks == (1,)
+
+
+def test_pytorchs_own_desync_check_names_the_rank_that_differs(tmp_path):
+    line = ("[rank{a}]: RuntimeError: Detected mismatch between collectives on ranks. Rank {a} is running collective: "
+            "CollectiveFingerPrint(SequenceNumber=41, OpType={op_a}, TensorShape=[1024], TensorDtypes=Float, "
+            "TensorDeviceTypes=TensorOptions(dtype=float, device=cuda)), but Rank {b} is running collective: "
+            "CollectiveFingerPrint(SequenceNumber=41, OpType={op_b}, TensorShape=[8], TensorDtypes=Float, "
+            "TensorDeviceTypes=TensorOptions(dtype=float, device=cuda)).")
+    lines = [line.format(a=a, op_a="ALLREDUCE", b=2, op_b="BROADCAST") for a in (0, 1, 3)]
+    found = diagnose(read_evidence([write(tmp_path, "detail.log", lines)]))
+    assert found.category == "rank-divergence" and found.culprit_ranks == (2,)
+    assert found.collective["seq"] == 41 and found.confidence == "high"
