@@ -71,6 +71,7 @@ _BOOTSTRAP = re.compile(r"bootstrap|Call to connect|Connection timed out|Connect
                         r"no socket interface found|No usable listening interface|socketStartConnect|"
                         r"Connect to .* failed", re.I)
 _CONFIG = re.compile(r"Duplicate GPU detected|invalid usage|ncclInvalidUsage|ncclInvalidArgument|not compatible|"
+                     r"shared memory segment|/dev/shm|"
                      r"NVLS.*(?:not supported|fail)|MIG|version mismatch|different NCCL version", re.I)
 _TRIGGER = re.compile(r"NCCL|watchdog|Out of bounds|WARN|INFO|bootstrap|Xid|NVLink|Connection|comm 0x|launched up to|"
                       r"-- GPU|missing rank|considered dead|CollectiveFingerPrint", re.I)
@@ -728,9 +729,13 @@ def _data_corruption(ev: Evidence) -> Diagnosis | None:
 
 
 def _config_mismatch(ev: Evidence) -> Diagnosis | None:
+    steps = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV on every rank: compare the settings",
+             "set the same NCCL_* variables on every rank (the launcher's -x / --export)")
+    if any("/dev/shm" in e.text or "shared memory segment" in e.text for e in ev.of("config")):
+        steps = ("the container's /dev/shm is too small for NCCL's shared-memory transport: docker run "
+                 "--shm-size=1g (or --ipc=host); NCCL_SHM_DISABLE=1 avoids it at a cost",) + steps
     found = _from_lines(ev, "config", "config-mismatch", "{n} line(s) say the configuration cannot work: {first}",
-                        ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV on every rank: compare the settings",
-                         "set the same NCCL_* variables on every rank (the launcher's -x / --export)"))
+                        steps)
     if found:
         return found
     if len(ev.settings) < 2 and len(ev.versions) < 2:

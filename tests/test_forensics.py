@@ -243,3 +243,11 @@ def test_pytorchs_own_desync_check_names_the_rank_that_differs(tmp_path):
     found = diagnose(read_evidence([write(tmp_path, "detail.log", lines)]))
     assert found.category == "rank-divergence" and found.culprit_ranks == (2,)
     assert found.collective["seq"] == 41 and found.confidence == "high"
+
+
+def test_a_shared_memory_segment_nccl_cannot_make_points_at_the_containers_shm(tmp_path):
+    lines = ["node1:311:402 [2] include/shm.h:28 NCCL WARN Error while creating shared memory segment "
+             "/dev/shm/nccl-GV1a2A (size 9637888)", "node1:311:402 [2] NCCL INFO transport/shm.cc:114 -> 2"]
+    found = diagnose(read_evidence([write(tmp_path, "shm.log", lines)]))
+    assert found.category == "config-mismatch"
+    assert "--shm-size" in found.next_steps[0]
