@@ -4,8 +4,12 @@
 to) from the variables its launcher set; `bootstrap` joins the ranks over TCP and exchanges what
 each must know of the others; `agree` checks that every rank built the same plan; `kernels` is
 the arithmetic of NCCL's reductions on the CPU; `shm` one direction of a connection through
-shared memory; `execute` runs a rank's channel programs over its connections on real data;
-`runner` is `nicksim run`: ranks started or joined, each size run, timed, checked and reported.
+shared memory; `net` one over TCP sockets, moved by a proxy thread; `execute` runs a rank's
+channel programs over its connections on real data; `runner` is `nicksim run`: ranks started or
+joined, each size run, timed, checked and reported. On GPUs (NICKSIM_DEVICE=gpu), `cuda_ipc`
+gives the connections in GPU memory and the arithmetic as `cuda_kernels`' CuPy kernels; `verbs`
+says why IB verbs are not used.
 """
 
-__all__ = ["launch", "bootstrap", "agree", "kernels", "shm", "execute", "runner"]
+__all__ = ["launch", "bootstrap", "agree", "kernels", "shm", "execute", "runner", "cuda_kernels", "cuda_ipc", "verbs",
+           "net"]
