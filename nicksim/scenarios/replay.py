@@ -160,13 +160,15 @@ class _Writer:
         """PyTorch's dump (version 2.4 fields) of this rank's calls: the `before` ones completed, then
         its own calls as far as it got."""
         entries, status = [], {}
+        first_own = len(seqs) - len(self.s.calls_of(self.rank))  # the calls before the scenario come first
         for record, (op, seq) in enumerate(seqs):
-            reached = standing.state == "done" or seq - self.s.before - 1 < standing.index or \
-                (seq - self.s.before - 1 == standing.index and standing.state in ("started", "scheduled"))
-            if not reached:
+            own = record - first_own  # the call's place in the rank's own sequence
+            if own < 0 or standing.state == "done" or own < standing.index:
+                state = "completed"
+            elif own == standing.index and standing.state in ("started", "scheduled"):
+                state = standing.state
+            else:
                 break
-            here = seq - self.s.before - 1 == standing.index and standing.state in ("started", "scheduled")
-            state = standing.state if here else "completed"
             numel_in, numel_out = _numels(op, self.s.nranks)
             pg_id, _, desc = op.pg.partition(" ")
             entries.append({"record_id": record, "pg_id": int(pg_id), "process_group": [pg_id, desc.strip("()")],
@@ -189,15 +191,17 @@ _TRACE_BUFFER = 16  # the earlier calls a dump keeps (TORCH_NCCL_TRACE_BUFFER_SI
 
 
 def _sequence(scenario: Scenario, rank: int) -> list[tuple[Op, int]]:
-    """The rank's calls with their SeqNums (each process group counts its own; the calls before
-    the scenario count on the first call's group, the last _TRACE_BUFFER of them listed)."""
+    """The rank's calls with their SeqNums, after the `before` calls every process group of the
+    scenario completed first (each group counts its own; the last _TRACE_BUFFER of those listed)."""
     ops = scenario.calls_of(rank)
-    counters: dict[str, int] = {}
-    out = [(ops[0] if ops else Op("all_reduce", 1), seq)
-           for seq in range(max(1, scenario.before - _TRACE_BUFFER + 1), scenario.before + 1)]
-    counters[(ops[0] if ops else Op("all_reduce", 1)).pg] = scenario.before
+    firsts: dict[str, Op] = {}
+    for op in scenario.calls + ops:
+        firsts.setdefault(op.pg, op)
+    history = [(op, seq) for seq in range(1, scenario.before + 1) for op in firsts.values()][-_TRACE_BUFFER:]
+    counters = {pg: scenario.before for pg in firsts}
+    out = list(history)
     for op in ops:
-        counters[op.pg] = counters.get(op.pg, 0) + 1
+        counters[op.pg] += 1
         out.append((op, counters[op.pg]))
     return out
 
