@@ -206,8 +206,9 @@ def topology_from_gpus(gpus: tuple[DetectedGpu, ...], sysfs: str | Path = "/sys"
             parent = _parent_bridge(node)
             if parent is None:
                 numaid = _read(node / "numa_node", "0")
-                tree.cpus.setdefault("0" if numaid.startswith("-") else numaid, [])
-                cpu_kids = tree.cpus["0" if numaid.startswith("-") else numaid]
+                if numaid.startswith("-"):  # no NUMA node (one socket, many VMs): the first CPU
+                    numaid = "0"
+                cpu_kids = tree.cpus.setdefault(numaid, [])
                 if node.name not in cpu_kids:
                     cpu_kids.append(node.name)
                 break

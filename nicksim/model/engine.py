@@ -450,7 +450,7 @@ class _Sim:
             costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
                       if multimem else ())
             lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
-            cid = prim.conn if not c.comm else (c.comm, prim.conn)  # each communicator its own connections
+            cid = (c.comm, prim.conn)  # each communicator has connections of its own
             for s in range(c.slices):
                 state[2] = s
                 key = (c.comm, c.index, node, channel, prim.offset, prim.nelem, s)
@@ -505,7 +505,7 @@ class _Sim:
         receiver has freed, and the round's posts land after all its transfers have arrived."""
         prims, index = stream.prims, 0
         node, local = divmod(rank, self.per_node)
-        pchan = channel if not c.comm else (c.comm, channel)  # each communicator its own PAT connections
+        pchan = (c.comm, channel)  # each communicator has PAT connections of its own
         while index < len(prims):
             batch = [p for p in prims[index:index + PAT_MAX_ROUND] if p.pat.round == prims[index].pat.round]
             state[0], state[1] = index, batch[0]

@@ -67,6 +67,11 @@ class Scenario:
     def env_of(self, rank: int) -> dict[str, str]:
         return dict(dict(self.env).get(rank, ()))
 
+    def shared_env(self) -> dict[str, str]:
+        """The settings every rank has alike (those the one simulated job can honour)."""
+        envs = [self.env_of(r) for r in range(self.nranks)]
+        return {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs)}
+
 
 _GRAD = Op("all_reduce", 2106881)  # a gradient bucket, as in NVIDIA/nccl#1409
 

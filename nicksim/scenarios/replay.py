@@ -206,14 +206,14 @@ def _sequence(scenario: Scenario, rank: int) -> list[tuple[Op, int]]:
     return out
 
 
-def _nccl_tests(scenario: Scenario, job, out: Path, version: str) -> tuple[list[str], tuple[str, ...]]:
+def _nccl_tests(scenario: Scenario, job, version: str) -> tuple[list[str], tuple[str, ...]]:
     """An nccl-tests run of the scenario's one call, timed by the DES, with its torn LL128 lines
     counted as nccl-tests counts wrong elements; the command line and table as rank 0 prints them.
     Refused where NCCL's own rules would enable LL128 here (nothing would be unsupported)."""
     from ..errors import UsageError
     from ..model.engine import des_setup, simulate
     from ..report import ResultRow, format_row, measurement, table_footer, table_header
-    own = load_job(job.spec, read_params({k: v for k, v in scenario.env_of(0).items() if k != "NCCL_PROTO"}))
+    own = load_job(job.spec, read_params({k: v for k, v in scenario.shared_env().items() if k != "NCCL_PROTO"}))
     if own.comm.table.bw("AllReduce", "Ring", "LL128") > 0:
         raise UsageError(f"{scenario.name}: NCCL enables LL128 on {scenario.system} by itself", "scenario",
                          "a path where NCCL's rules keep LL128 off")
@@ -238,15 +238,14 @@ def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
     from ..model.engine import des_setup, simulate_sequences
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    params = read_params({})
-    params = read_params(scenario.env_of(0)) if scenario.torn_lines else params
+    params = read_params(scenario.shared_env())  # the one job the DES runs: what every rank sets
     job = load_job(JobSpec(system=scenario.system, nodes=scenario.nodes, gpus_per_node=scenario.gpus_per_node,
                            nccl_version=scenario.nccl_version, fabric=scenario.fabric), params)
     version = f"{scenario.nccl_version}.7" if scenario.nccl_version.count(".") == 1 else scenario.nccl_version
     writers = [_Writer(scenario, r, scenario.gpus_per_node) for r in range(scenario.nranks)]
     files: list[str] = []
     if scenario.torn_lines:
-        lines, hang_lines = _nccl_tests(scenario, job, out, version)
+        lines, hang_lines = _nccl_tests(scenario, job, version)
         _write(out / "all_reduce_perf.out", "\n".join(lines) + "\n")
         files.append(str(out / "all_reduce_perf.out"))
         standing = [Standing(r, "done", 1) for r in range(scenario.nranks)]
