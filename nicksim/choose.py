@@ -113,6 +113,13 @@ def nvls_channels(system, graphs: dict[str, Graph], n_nodes: int, params: Params
     return max(params.get("NCCL_MIN_CTAS") or 1, min(params.get("NCCL_MAX_CTAS") or 64, wanted))
 
 
+def _buff(params: Params, name: str, default: int) -> int:
+    """init.cc computeBuffSizes: NCCL_LL_BUFFSIZE / NCCL_LL128_BUFFSIZE replace the computed size
+    unless left at -2 (or set to a value NCCL could not use)."""
+    value = params.get(name)
+    return int(value) if value is not None and value > 0 else default
+
+
 def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, params: Params,
                collnet: CollNetSetup = COLLNET_OFF) -> CommState:
     """The communicator of a job of `n_nodes` copies of the node `paths` describes, with
@@ -149,7 +156,8 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
         nvls_tree_max_chunk_nbytes=tree_max, local_ranks=local,
         # comm->buffSizes (init.cc computeBuffSizes): LL = 8 lines x 512 threads x 8 steps x 16 B,
         # LL128 = 120 elems x 640 threads x 8 steps x 8 B (NCCL_LL128_ELEMS_PER_THREAD), Simple = NCCL_BUFFSIZE.
-        buff_nbytes=(512 * 1024, 4_915_200, buff_simple),
+        buff_nbytes=(_buff(params, "NCCL_LL_BUFFSIZE", 512 * 1024), _buff(params, "NCCL_LL128_BUFFSIZE", 4_915_200),
+                     buff_simple),
         ring_chunk_steps=4, ring_slice_steps=2, collnet=collnet, collnet_direct_heads=direct_heads,
     )
 

@@ -20,13 +20,16 @@ from .calls import COLLECTIVES, collective_name, dtype_name, redop_name
 from .catalog import CATALOG, DEFAULT_SYSTEM
 from .cluster import format_cluster
 from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, tuning_tables
-from .engines import ENGINES
+from .calls import call_for_size
+from .engines import ENGINES, engine_result
 from .errors import NickSimError, UsageError
 from .hardware import FABRICS, GPU_MODELS
 from .job import Job, JobSpec, load_job
+from .joblog import JobLogger
+from .logs import LogSink, debug_config
 from .model.fabric import build_fabric, format_fabric
 from .model.hwparams import LINK_KINDS, PARAM_NAMES, SET_NAMES
-from .params import Params, read_params
+from .params import KNOBS, Params, debug_ranks, read_params
 from .paths import format_nccl_paths, format_paths
 from .perf import compare, format_comparison, measured_table, parse_size, perf_rows, sweep_sizes
 from .report import format_row, format_table, results_json, table_footer, table_header
@@ -141,7 +144,73 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate_parser(sub)
     _add_alphabeta_parser(sub)
     _add_hang_parser(sub)
+    _add_env_parser(sub)
     return parser
+
+
+def _add_env_parser(sub) -> None:
+    env = sub.add_parser("env", help="every NCCL_* knob nicksim reads: value and source, default, releases, and "
+                                     "its effect in each engine")
+    env.add_argument("names", nargs="*", metavar="NAME", help="only these knobs (a prefix works: NCCL_IB)")
+    env.add_argument("--system", dest="system_opt", metavar="NAME|FILE.xml",
+                     help="say which knobs this system's job reads, with its release's defaults")
+    env.add_argument("--nccl-version", default=str(DEFAULT_VERSION.line), metavar="V",
+                     help=f"the release whose defaults and knobs to show (default {DEFAULT_VERSION.line})")
+    env.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="a setting, as elsewhere")
+    env.add_argument("--set-only", action="store_true", help="only the knobs that are set")
+    env.add_argument("--json", metavar="FILE", help="write the table as JSON")
+    env.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    env.set_defaults(run=_run_env)
+
+
+def _run_env(args, params: Params) -> int:
+    from .constants import parse_version
+    from .constants.knobs import ENGINE_NAMES
+    minor = parse_version(args.nccl_version).minor
+    if args.system_opt:  # the job loads: a bad system or file says so here
+        job = load_job(JobSpec(system=args.system_opt, nccl_version=args.nccl_version), params)
+        _warn(job.params.notes)
+    wanted = [n.upper() for n in args.names]
+    unknown = [n for n in wanted if not any(k.startswith(n) for k in KNOBS)]
+    if unknown:
+        raise UsageError(f"no knob named {', '.join(unknown)}", "nicksim env",
+                         "a name or prefix of one `nicksim env` lists")
+    versioned = params.for_version(minor)
+    rows = []
+    for name, knob in KNOBS.items():
+        if wanted and not any(name.startswith(n) for n in wanted):
+            continue
+        is_set = name in params.raw and params.raw[name] != ""
+        if args.set_only and not is_set:
+            continue
+        until = f"-{knob.until}" if knob.until else "+" if name.startswith("NCCL_") else ""
+        release = f"{knob.since}{until}" if name.startswith("NCCL_") else "-"
+        used = "" if knob.read_by(minor) else f" (not read by 2.{minor})"
+        if is_set and name not in params.values:
+            state = "ignored: invalid"
+        elif is_set and name not in versioned.values:
+            state = "ignored" + used
+        else:
+            state = ""
+        rows.append({"name": name, "value": params.raw.get(name) if is_set else None,
+                     "source": params.sources.get(name) if is_set else None, "state": state,
+                     "default": knob.default_for(minor), "releases": release, "doc": knob.doc,
+                     **{engine: knob.effect(engine) for engine in ENGINE_NAMES}})
+    print(f"# nicksim env: {len(rows)} knob(s), NCCL 2.{minor} defaults; effects per engine (model, des, real)")
+    for row in rows:
+        value = f"{row['value']} ({row['source']}{', ' + row['state'] if row['state'] else ''})" \
+            if row["value"] is not None else "unset"
+        print(f"{row['name']} = {value}; default {_env_default(row['default'])}; NCCL {row['releases']}")
+        print(f"    {row['doc']}")
+        for engine in ENGINE_NAMES:
+            print(f"    {engine + ':':<6} {row[engine]}")
+    if args.json:
+        _write_json(args.json, {"nccl_version": f"2.{minor}", "knobs": rows})
+    return 0
+
+
+def _env_default(value) -> str:
+    return "unset" if value is None else str(value)
 
 
 def _size(name: str):
@@ -391,6 +460,7 @@ def _load(args, params: Params, searched: bool = True) -> Job:
     """The job the SYSTEM options describe, with the topology's notes said on stderr (and, for the
     commands that search, why CollNet is off where it was asked for)."""
     job = load_job(_job_spec(args), params)
+    _warn(job.params.notes)
     _warn(job.system.notes)
     _warn(job.paths.notes)
     _warn(_collnet_notes(job, params, searched))
@@ -415,6 +485,9 @@ def _collnet_notes(job: Job, params: Params, searched: bool) -> list[str]:
 def _run_search(args, params: Params) -> int:
     job = _load(args, params)
     paths, graphs = job.paths, job.graphs
+    logger = _job_logger(job, params)  # NCCL_DEBUG: what the job's ranks would log during init
+    logger.init()
+    logger.sink.close()
     # A note that applies to every graph (e.g. an unchecked release) is said once.
     _warn(list(dict.fromkeys(note for graph in graphs.values() for note in graph.notes)))
     for graph in graphs.values():
@@ -424,9 +497,10 @@ def _run_search(args, params: Params) -> int:
         per_node = len(paths.node_system.gpus())
         heads = nvls_heads(graphs, args.nodes, per_node)
         print("\n".join(format_nvls_heads(heads, args.nodes, args.rank // per_node)
-                        + format_channels(channels)))
+                        + format_channels(channels, paths.system.rules.version.minor)))
         tables = tuning_tables(paths.system.rules.version)
-        if (args.print_tuning or _debug_subsys(params, "TUNING")) and args.rank == 0:
+        subsystems = debug_config(params, tables.version.minor).subsystems  # NCCL_DEBUG_SUBSYS, as debug.cc reads it
+        if (args.print_tuning or "TUNING" in subsystems) and args.rank == 0:
             print("\n".join(format_tuning_table(job.comm.table)))
         print(f"P2P Chunksize set to {p2p_chunk_nbytes(paths, args.nodes, params)}")
         print(format_thread_thresholds(thread_thresholds(tables, channels.nranks, params)))
@@ -441,13 +515,22 @@ def _run_search(args, params: Params) -> int:
     else:
         _warn([f"rank {args.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "
                "GPUs (NCCL splits the node into domains); channels across such domains are not modelled yet"])
-    dump = args.dump_graph or params.get("NCCL_GRAPH_DUMP_FILE")
+    _dump_files(job, params, graph_file=args.dump_graph)
+    return 0
+
+
+def _dump_files(job: Job, params: Params, topo_file: str | None = None, graph_file: str | None = None) -> None:
+    """What rank 0 of NCCL writes during init: the topology (NCCL_TOPO_DUMP_FILE, after detection
+    and fill-in) and the searched graphs (NCCL_GRAPH_DUMP_FILE); the command's own flags win."""
+    topo = topo_file or params.get("NCCL_TOPO_DUMP_FILE")
+    if topo:
+        write_topo_xml(job.filled.doc, topo)
+    dump = graph_file or params.get("NCCL_GRAPH_DUMP_FILE")
     if dump:
         try:
-            Path(dump).write_text(graphs_xml(paths, graphs), encoding="utf-8")
+            Path(dump).write_text(graphs_xml(job.paths, job.graphs), encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write: {exc.strerror}", dump, "a writable file path") from None
-    return 0
 
 
 def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
@@ -474,6 +557,7 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
             raise UsageError(f"the job has {job.nranks} ranks, each a process on this host", "--engine real",
                              f"a job of at most {MAX_SPAWNED_RANKS} ranks (--nodes, --gpus-per-node)")
         check_job_runnable(job, options)
+        _dump_files(job, params)  # rank 0's files, written once for the job
         return spawn(args.argv, job.nranks, os.environ, float(params.get("NICKSIM_TIMEOUT")))
     if env is None:  # no launcher: start the ranks here, each of them joining as under one
         if args.nranks is None:
@@ -556,17 +640,28 @@ def _run_perf(args, params: Params) -> int:
     if args.print_tuning and collective in _PRICED:
         print("\n".join(format_tuning_table(job.comm.table)))
     table = format_table(collective, rows)
-    tuning = _debug_subsys(params, "TUNING") and (params.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE")
     algo_index = {name: i for i, name in enumerate(job.comm.table.algorithms)} if collective in _PRICED else {}
+
+    def decision(result) -> str | None:
+        # enqueue.cc (2.22): rank 0 logs each decision under NCCL_DEBUG_SUBSYS=TUNING.
+        if result.estimate != "nccl" or result.algorithm not in algo_index:
+            return None
+        return (f"{result.call.nbytes} Bytes -> Algo {algo_index[result.algorithm]} proto "
+                f"{PROTOCOLS.index(result.protocol)} time {result.time_us:f}")
+
+    logger = _job_logger(job, params)
+    logger.init()
+    _dump_files(job, params)
+    _log_warmup(logger, job, collective, dtype, redop, args)
     body_start = 4
     for i, line in enumerate(table):
         k = i - body_start
         if 0 <= k < len(pairs):
             row, result = pairs[k]
-            if tuning and result.estimate == "nccl":
-                # enqueue.cc (2.22): rank 0 logs each decision under NCCL_DEBUG_SUBSYS=TUNING.
-                print(f"NCCL INFO {result.call.nbytes} Bytes -> Algo {algo_index[result.algorithm]} proto "
-                      f"{PROTOCOLS.index(result.protocol)} time {result.time_us:f}")
+            calls = 1 + args.iters * (args.agg_iters or 1) + (1 if args.check else 0)  # BenchTime's calls
+            for in_place in (False, True):
+                for _ in range(calls):
+                    logger.call(result.call, result.algorithm, in_place, decision(result))
             if args.plan:
                 line += (f"  # {result.algorithm}/{result.protocol} {result.n_channels}ch {result.n_threads}t"
                          + ("" if result.estimate == "nccl" else f" ({result.estimate})"))
@@ -590,7 +685,29 @@ def _run_perf(args, params: Params) -> int:
         run = {"engine": args.engine, "system": job.system_name, "nranks": job.nranks,
                "nccl_version": job.system.rules.version.line}
         _write_json(args.json, results_json(collective, rows, run))
+    logger.destroy()
+    logger.sink.close()
     return 1 if hang is not None else 0
+
+
+def _job_logger(job: Job, params: Params) -> JobLogger:
+    """The NCCL_DEBUG output of a simulated job: the ranks NICKSIM_DEBUG_RANKS names (all by default)."""
+    config = debug_config(params, job.system.rules.version.minor)
+    _warn(config.warnings)
+    return JobLogger(job, LogSink(config), debug_ranks(params, job.nranks))
+
+
+def _log_warmup(logger: JobLogger, job: Job, collective: str, dtype: str, redop: str, args) -> None:
+    """nccl-tests' warm-up (common.cu): warmup_iters calls of every size from -b to -e by factors of 2."""
+    if not logger.active:
+        return
+    size = max(args.minbytes, 1)
+    while size <= args.maxbytes:
+        call = call_for_size(collective, size, dtype, redop, args.root, job.nranks)
+        algorithm = engine_result(job, call, "model").algorithm
+        for _ in range(args.warmup_iters):
+            logger.call(call, algorithm)
+        size *= 2
 
 
 def _des_setup(job: Job, args):
@@ -646,6 +763,8 @@ def _add_hang_parser(sub) -> None:
     rp.add_argument("name", metavar="NAME", help="a scenario (nicksim hang list)")
     rp.add_argument("--out", metavar="DIR", help="keep the logs, Flight Recorder dumps and trace here")
     rp.add_argument("--json", metavar="FILE", help="write the diagnosis as JSON")
+    rp.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an NCCL_DEBUG*, TORCH_NCCL_* or NICKSIM_PG_TIMEOUT setting for the replayed job (repeatable)")
     rp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     rp.set_defaults(run=_run_hang_replay)
     di = verbs.add_parser("diagnose", help="say what went wrong, on which rank, in which collective, from log files")
@@ -669,11 +788,13 @@ def _run_hang_replay(args, params: Params) -> int:
     import tempfile
     from .forensics import format_diagnosis
     from .scenarios import replay, scenario_named
+    from .scenarios.replay import TorchSettings
     scenario = scenario_named(args.name)
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or tmp
         try:
-            done = replay(scenario, out)
+            debug = debug_config(params) if params.get("NCCL_DEBUG") else None  # else the scenario's INFO
+            done = replay(scenario, out, debug, TorchSettings.from_params(params))
         except OSError as exc:
             raise UsageError(f"cannot write: {exc.strerror}", args.out or out, "a writable folder") from None
         print(f"# {scenario.name}: {scenario.title}")
@@ -723,20 +844,12 @@ def _run_alphabeta(args, params: Params) -> int:
     return 0
 
 
-def _debug_subsys(params: Params, name: str) -> bool:
-    """Whether NCCL_DEBUG_SUBSYS selects a subsystem (NCCL's default is INIT,BOOTSTRAP,ENV)."""
-    text = params.get("NCCL_DEBUG_SUBSYS") or "INIT,BOOTSTRAP,ENV"
-    chosen = {s.strip().upper() for s in text.lstrip("^").split(",")}
-    hit = name in chosen or "ALL" in chosen
-    return not hit if text.startswith("^") else hit
-
-
 def _run_topo(args, params: Params) -> int:
     job = _load(args, params, searched=False)
-    filled, paths, cluster = job.filled, job.paths, job.cluster
+    paths, cluster = job.paths, job.cluster
     dump = args.dump_xml or params.get("NCCL_TOPO_DUMP_FILE")
     if dump:
-        write_topo_xml(filled.doc, dump)
+        write_topo_xml(job.filled.doc, dump)
     # NCCL prints the system as the rank sees it, after trimming it to the rank's domain.
     print("\n".join(format_system(paths.system, paths.max_bw, paths.total_bw)))
     if args.nodes > 1:

@@ -186,13 +186,24 @@ def _min_channels(params: Params) -> int:
     return max(0, min(value, MAXCHANNELS))
 
 
-def format_channels(channels: Channels) -> list[str]:
-    """NCCL's lines for one rank: `Channel 00/16 :    0   7 ...` (rings.cc dumpLine, at most 20
-    ranks per line, printed by rank 0) and `Trees [0] d0/d1/d2->rank->up ...` (init.cc)."""
+def _ring_dump(prefix: str, ring: tuple[int, ...], nranks: int, minor: int | None) -> str:
+    """rings.cc dumpLine: to 2.22, " %3d" for at most 20 ranks; from 2.23, each rank as wide as the
+    largest, the line cut at 127 characters and ended with "..." when longer."""
+    if minor is not None and minor <= 22:
+        return prefix + " " + "".join(f" {r:3d}" for r in ring[:20])
+    width = len(str(nranks - 1))
+    line = prefix + "".join(f" {r:{width}d}" for r in ring)
+    return line if len(line) <= 127 else line[:124] + "..."
+
+
+def format_channels(channels: Channels, minor: int | None = None) -> list[str]:
+    """NCCL's lines for one rank, as release 2.`minor` prints them (None: the newest): `Channel
+    00/16 : ...` rings (rings.cc dumpLine, printed by rank 0) and `Trees [0] d0/d1/d2->rank->up
+    ...` (init.cc)."""
     lines = []
     if channels.rank == 0:
         for c, ring in enumerate(channels.rings):
-            lines.append(f"Channel {c:02d}/{channels.n_channels:02d} : " + "".join(f" {r:3d}" for r in ring[:20]))
+            lines.append(_ring_dump(f"Channel {c:02d}/{channels.n_channels:02d} :", ring, channels.nranks, minor))
     trees = "".join(f" [{c}] {d[0]}/{d[1]}/{d[2]}->{channels.rank}->{u}"
                     for c, (u, d) in enumerate(zip(channels.tree_up, channels.tree_down)))
     lines.append("Trees" + trees)

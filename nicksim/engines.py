@@ -16,7 +16,7 @@ from .constants.tuning_tables import tuning_tables
 from .connect import p2p_channels, p2p_chunk_nbytes, p2p_net_channel_bw_gbps
 from .job import Job
 from .paths import local_nets
-from .plan_p2p import p2p_transfers
+from .plan_p2p import p2p_ll_threshold_nbytes, p2p_transfers
 
 __all__ = ["EngineResult", "model_result", "des_result", "engine_result", "p2p_time_us", "ENGINES"]
 
@@ -133,7 +133,8 @@ def _p2p_plan_summary(job: Job, call: Call) -> tuple[str, int]:
     if minor >= 22:
         transfers = p2p_transfers(call, 0, job.nodes, per_node, p2p.n_channels, p2p.per_peer,
                                   p2p_chunk_nbytes(job.paths, job.nodes, job.params), minor,
-                                  job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE"))
+                                  job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE"), job.comm.buff_nbytes[0],
+                                  p2p_ll_threshold_nbytes(job.params))
         # the self-copy of alltoall never uses LL; the peers' transfers say what the call looks like
         biggest = max((t for t in transfers if t.peer != 0), key=lambda t: len(t.channels), default=None)
         if biggest is not None:

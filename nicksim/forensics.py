@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from .errors import UsageError
+from .logs import parse_line
 
 __all__ = ["Event", "Evidence", "Diagnosis", "CATEGORIES", "read_evidence", "diagnose", "format_diagnosis",
            "with_waits"]
@@ -48,10 +49,10 @@ _WORK = re.compile(r"(?:at work|at NCCL work|at work sequence id):? (-?\d+),?(?:
                    r"last enqueue(?:d NCCL work)?: (-?\d+), last completed(?: NCCL work)?: (-?\d+)")
 _PG_RANK = re.compile(r"\[PG (.*?) ?Rank (\d+)\]")
 _RANK_TAG = re.compile(r"\[Rank (\d+)\]|\[rank(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:")
-_NCCL = re.compile(r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?P<rest>.*)")
 _COMM = re.compile(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
-_SETTING = re.compile(r"\b(NCCL_[A-Z0-9_]+)(?: set by environment to |=)([^\s,;'\"()]+)")
+# param.cc ends an integer's line with a period ("... set by environment to 8388608."), not part of it
+_SETTING = re.compile(r"\b(NCCL_[A-Z0-9_]+)(?: set by environment to |=)([^\s,;'\"()]+?)\.?(?=[\s,;'\"()]|$)")
 _SET_BY_ENV = " set by environment to "
 # NCCL's RAS status (ncclras, 2.24+: docs/userguide troubleshooting/ras.rst)
 _RAS_GROUP = re.compile(r"^\s*(\d+) ranks? ha(?:ve|s) launched up to operation (\d+)")
@@ -269,12 +270,12 @@ class _Collector:
         if not _TRIGGER.search(text):
             return
         rank = _rank_of(text)
-        nccl = _NCCL.search(text)
+        nccl = parse_line(text)
         source = name
         if nccl:
-            source = f"{nccl['host']}:{nccl['pid']}"
+            source = f"{nccl.who.host}:{nccl.who.pid}"
             if rank is None:
-                rank = self.pid_rank.get((nccl["host"], nccl["pid"]))
+                rank = self.pid_rank.get((nccl.who.host, nccl.who.pid))
         text = text.strip()[:1000]
         watchdog = _WATCHDOG.search(text)
         if watchdog:
@@ -337,7 +338,7 @@ class _Collector:
         if comm:
             self.nranks.add(int(comm.group(3)))
             if nccl:
-                self.pid_rank[(nccl["host"], nccl["pid"])] = int(comm.group(2))
+                self.pid_rank[(nccl.who.host, nccl.who.pid)] = int(comm.group(2))
                 rank = int(comm.group(2))
         if "Init COMPLETE" in text:
             self.init_complete += 1

@@ -185,7 +185,9 @@ def split_domains(spec: JobSpec, params: Params, system: System, paths: Paths, n
 
 def load_job(spec: JobSpec, params: Params) -> Job:
     """Run topology, paths and the cluster build for `spec`; search, connect and the
-    communicator follow lazily from the returned Job."""
+    communicator follow lazily from the returned Job. The settings are taken as the release
+    reads them (Params.for_version: its defaults; knobs it does not read dropped, with a note)."""
+    params = params.for_version(parse_version(spec.nccl_version).minor)
     name, filled, system, paths, fab = load_node_paths(spec, params)
     if fab.plugin_env:  # the network plugin sets these before NCCL reads them, unless the user did
         params = params.with_defaults(dict(fab.plugin_env), f"{fab.net_plugin} plugin")

@@ -9,11 +9,11 @@ here raises for a bad value, only for a malformed `--env` argument.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from .constants.topo_rules import P2P_NET_CHUNK_DEFAULT, P2P_PER_CHANNEL_NET_BW
+from .constants.knobs import KNOB_TABLE, Knob
 from .errors import UsageError
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "ListSetting",
     "read_params",
     "parse_nccl_int",
+    "debug_ranks",
     "LEVEL_NAMES",
     "OLD_LEVELS",
     "ALGO_NAMES",
@@ -62,85 +63,8 @@ class ListSetting:
         return state
 
 
-@dataclass(frozen=True)
-class Knob:
-    """One setting: its name, NCCL's default, how its value is parsed, and since when it exists."""
-
-    name: str
-    default: Any
-    kind: str  # int | level | list-algo | list-proto | str
-    doc: str
-    since: str = "2.18"
-    until: str | None = None
-
-
-def _k(name, default, kind, doc, since="2.18", until=None):
-    return Knob(name, default, kind, doc, since, until)
-
-
-KNOBS: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
-    _k("NCCL_P2P_LEVEL", None, "level", "farthest path type that still uses P2P"),
-    _k("NCCL_P2P_DISABLE", 0, "int", "1 disables P2P (same as NCCL_P2P_LEVEL=LOC)"),
-    _k("NCCL_SHM_DISABLE", 0, "int", "1 disables the shared-memory transport"),
-    _k("NCCL_IB_DISABLE", 0, "int", "1 disables IB/RoCE verbs: NET falls back to sockets"),
-    _k("NCCL_NET_GDR_LEVEL", None, "level", "farthest GPU-NIC path type that still uses GPUDirect RDMA"),
-    _k("NCCL_NET_GDR_READ", -2, "int", "GPUDirect RDMA for sends (-2: on from SM80)"),
-    _k("NCCL_NET_GDR_C2C", None, "int", "GDR for NICs reached over C2C (default 0 in 2.26, 1 from 2.27)", "2.26"),
-    _k("NCCL_PXN_DISABLE", 0, "int", "1 disables PXN (NIC access through an NVLink peer)"),
-    _k("NCCL_P2P_PXN_LEVEL", 2, "int", "PXN for send/recv: 0 never, 1 when needed, 2 always"),
-    _k("NCCL_PXN_C2C", None, "int", "allow PXN through a peer reaching the NIC over C2C (default 0 in 2.27, 1 from 2.28)", "2.27"),
-    _k("NCCL_NVB_DISABLE", 0, "int", "1 forbids NVLink paths through an intermediate GPU"),
-    _k("NCCL_IGNORE_DISABLED_P2P", 0, "int", "1 ignores the driver's P2P status"),
-    _k("NCCL_NET_DISABLE_INTRA", 0, "int", "1 never uses the network inside a node"),
-    _k("NCCL_CROSS_NIC", 2, "int", "rings/trees may use different NICs on each end: 0 no, 1 yes, 2 if needed"),
-    _k("NCCL_ALGO", None, "list-algo", "algorithms allowed, NCCL list grammar"),
-    _k("NCCL_PROTO", None, "list-proto", "protocols allowed, NCCL list grammar"),
-    _k("NCCL_BUFFSIZE", 4194304, "int", "Simple protocol buffer per connection, bytes"),
-    _k("NCCL_P2P_NET_CHUNKSIZE", P2P_NET_CHUNK_DEFAULT, "int", "send/recv chunk over NET, bytes"),
-    _k("NCCL_P2P_NVL_CHUNKSIZE", 524288, "int", "send/recv chunk when every GPU pair is on NVLink, bytes"),
-    _k("NCCL_P2P_PCI_CHUNKSIZE", 131072, "int", "send/recv chunk over PCI, bytes"),
-    _k("NCCL_P2P_SCHEDULE_GROUP_SIZE", 8, "int", "ranks per group of the send/recv schedule across nodes (2.28+)"),
-    _k("NCCL_MIN_NCHANNELS", 0, "int", "minimum channels (deprecated: NCCL_MIN_CTAS)"),
-    _k("NCCL_MAX_NCHANNELS", 0, "int", "maximum channels (deprecated: NCCL_MAX_CTAS)"),
-    _k("NCCL_MIN_CTAS", 0, "int", "minimum CTAs (channels) per collective"),
-    _k("NCCL_MAX_CTAS", 0, "int", "maximum CTAs (channels) per collective"),
-    _k("NCCL_NVLS_ENABLE", 2, "int", "NVLink SHARP: 0 off, 1 on, 2 auto"),
-    _k("NCCL_NVLS_NCHANNELS", None, "int", "NVLS channels (default 16 on SM90; 24/32 on SM100 from 2.27)"),
-    _k("NCCL_NVLS_CHUNKSIZE", 131072, "int", "NVLS chunk, bytes", "2.21"),
-    _k("NCCL_NVLSTREE_MAX_CHUNKSIZE", -2, "int", "largest NVLSTree chunk (-2: 64 KiB from 4 nodes, else the NVLS chunk)",
-       "2.20"),
-    _k("NCCL_MIN_P2P_NCHANNELS", 1, "int", "fewest point-to-point channels"),
-    _k("NCCL_MAX_P2P_NCHANNELS", 64, "int", "most point-to-point channels"),
-    _k("NCCL_NCHANNELS_PER_NET_PEER", None, "int", "point-to-point channels per peer on another node"),
-    _k("NCCL_P2P_PER_CHANNEL_NET_BW", int(P2P_PER_CHANNEL_NET_BW), "int", "GB/s one point-to-point channel drives over NET (2.29+)"),
-    _k("NCCL_COLLNET_ENABLE", 0, "int", "CollNet (SHARP) algorithms"),
-    _k("NCCL_COLLNET_NODE_THRESHOLD", 2, "int", "fewest nodes for which CollNet stays on"),
-    _k("NCCL_SHARP_DISABLE_ALLGATHER", 0, "int", "SHARP plugin: 1 withdraws its iallgather (no CollNet AllGather)"),
-    _k("NCCL_SHARP_DISABLE_REDUCE_SCATTER", 0, "int", "SHARP plugin: 1 withdraws its ireducescatter"),
-    _k("NCCL_CUMEM_ENABLE", 1, "int", "cuMem-based P2P buffers (P2P/CUMEM)"),
-    _k("NCCL_TOPO_FILE", None, "str", "NCCL topology XML to load instead of detecting"),
-    _k("NCCL_TOPO_DUMP_FILE", None, "str", "where to write the detected topology XML"),
-    _k("NCCL_GRAPH_DUMP_FILE", None, "str", "where to write the searched graphs (XML)"),
-    _k("NCCL_GRAPH_FILE", None, "str", "graph XML to use instead of searching (NCCL_GRAPH_DUMP_FILE form)"),
-    _k("NCCL_SOCKET_IFNAME", None, "str", "interfaces for bootstrap and socket transport"),
-    _k("NCCL_SOCKET_NTHREADS", -2, "int", "helper threads per socket connection (-2: by the NIC's vendor, else 0)"),
-    _k("NCCL_NSOCKS_PERTHREAD", -2, "int", "sockets per helper thread (-2: by the NIC's vendor, else 1)"),
-    _k("NCCL_HOSTID", None, "str", "this host's identity, instead of its hostname and boot id (ranks with the "
-       "same one share a node)"),
-    _k("NCCL_IB_HCA", None, "str", "IB devices to use"),
-    _k("NCCL_DEBUG", None, "str", "log level: VERSION WARN INFO TRACE"),
-    _k("NCCL_DEBUG_SUBSYS", None, "str", "log subsystems"),
-    _k("NCCL_NTHREADS", -2, "int", "threads per CTA for LL and Simple (multiple of 32, 64-512)"),
-    _k("NCCL_LL128_NTHREADS", -2, "int", "threads per CTA for LL128 (multiple of 32, 160-640)"),
-    _k("NCCL_PAT_ENABLE", 2, "int", "PAT algorithm for AllGather/ReduceScatter: 0 off, 1 on, 2 auto (1 GPU per node)", "2.23"),
-    _k("NCCL_LL128_C2C", 1, "int", "LL128 by default up to PXN paths on SM90+ (0: only up to PXB)", "2.27"),
-    _k("NCCL_THREAD_THRESHOLDS", None, "str", "Tree and Ring thread thresholds: 'LL LL128 Simple LL LL128 Simple'"),
-    _k("NICKSIM_COMM_ID", None, "str", "the real backend's bootstrap root, host:port (as NCCL_COMM_ID)"),
-    _k("NICKSIM_TIMEOUT", 60, "int", "seconds the real backend waits on a peer before it gives up"),
-    _k("NICKSIM_DEVICE", "cpu", "str", "where the real backend's ranks run: cpu (shared memory, numpy) or gpu "
-                                       "(CUDA IPC, CuPy kernels; one host)"),
-    _k("NCCL_NET_OVERHEAD", None, "int", "per-step network overhead in ns (tuning)"),
-)})
+# Every knob, with its default, grammar, releases and effects per engine (constants/knobs.py).
+KNOBS: Mapping[str, Knob] = KNOB_TABLE
 
 
 @dataclass(frozen=True)
@@ -152,12 +76,36 @@ class Params:
     sources: Mapping[str, str]
     warnings: tuple[str, ...] = ()
     info: tuple[str, ...] = field(default=())
+    version_minor: int | None = None  # the release whose defaults apply (for_version), None: the newest
+    notes: tuple[str, ...] = ()  # what for_version said about knobs that release does not read
 
     def get(self, name: str) -> Any:
         if name in self.values:
             return self.values[name]
         knob = KNOBS.get(name)
-        return knob.default if knob else None
+        return knob.default_for(self.version_minor) if knob else None
+
+    def for_version(self, minor: int) -> "Params":
+        """These settings as NCCL 2.`minor` reads them: its defaults, and without the knobs it does
+        not read (each named in `notes`)."""
+        values = dict(self.values)
+        notes = []
+        for name in sorted(self.values):
+            knob = KNOBS.get(name)
+            if knob is None or knob.read_by(minor):
+                continue
+            del values[name]
+            if knob.until and int(knob.until.split(".")[1]) <= minor:
+                notes.append(f"{name} is ignored: NCCL read it from {knob.since} until {knob.until} (removed), not "
+                             f"in 2.{minor}")
+            else:
+                notes.append(f"{name} is ignored: NCCL reads it from {knob.since} on, not in 2.{minor}")
+        for name in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
+            if name in values and minor >= 17:  # docs/userguide env.rst (2.30): deprecated in 2.17
+                ctas = name.replace("NCHANNELS", "CTAS")
+                notes.append(f"{name} is deprecated since NCCL 2.17 in favour of {ctas}; NCCL still honours it "
+                             f"(with {ctas} set too, the more restrictive of the two applies)")
+        return replace(self, values=MappingProxyType(values), version_minor=minor, notes=tuple(notes))
 
     def is_set(self, name: str) -> bool:
         return name in self.values
@@ -175,7 +123,7 @@ class Params:
             if warning is None:
                 merged[key] = value
                 sources[key] = source
-        return Params(MappingProxyType(merged), self.raw, MappingProxyType(sources), self.warnings, self.info)
+        return replace(self, values=MappingProxyType(merged), sources=MappingProxyType(sources))
 
     def with_overrides(self, **values: Any) -> "Params":
         """A copy with knobs set programmatically (tests, what-if); source 'api'."""
@@ -184,7 +132,7 @@ class Params:
         for key, value in values.items():
             merged[key] = value
             sources[key] = "api"
-        return Params(MappingProxyType(merged), self.raw, MappingProxyType(sources), self.warnings, self.info)
+        return replace(self, values=MappingProxyType(merged), sources=MappingProxyType(sources))
 
 
 _INT_RE = re.compile(r"^\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
@@ -240,13 +188,43 @@ def _parse_list(text: str, elems: Sequence[str]) -> tuple[ListSetting | None, st
     return ListSetting(text, tuple(entries)), None
 
 
+_INT64 = 1 << 63
+_IFLIST_ENTRY = re.compile(r"^[^:\s]+(?::(\d*)(?::\d*){0,2})?$")
+_HOSTPORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+(?:%[\w.-]+)?\]|[A-Za-z0-9_.-]+):(\d+)$")
+
+
+def _parse_iflist(knob: Knob, text: str) -> str | None:
+    """NCCL_IB_HCA / NCCL_SOCKET_IFNAME (misc/utils.cc parseStringList): '^' then '=' before a
+    comma list of name[:port]; None where NCCL could match nothing by it."""
+    body = text[1:] if text.startswith("^") else text
+    body = body[1:] if body.startswith("=") else body
+    entries = [e for e in body.split(",") if e]
+    if not entries or not all(_IFLIST_ENTRY.match(e) for e in entries):
+        return None
+    return text
+
+
 def _parse_value(knob: Knob, text: str) -> tuple[Any, str | None]:
     """(value, warning) — value None means 'keep the default'."""
     if knob.kind == "int":
         value = parse_nccl_int(text)
-        if value is None:
+        if value is None or not -_INT64 <= value < _INT64:
+            # param.cc: strtoll's ERANGE gives NCCL's own words; text without digits, which NCCL
+            # would silently read as 0, is reported the same way here.
             return None, f"NCCL INFO Invalid value {text} for {knob.name}, using default {knob.default}."
         return value, None
+    if knob.kind == "iflist":
+        if _parse_iflist(knob, text) is None:
+            return None, (f"{knob.name}={text} is not a device list; ignored (valid: names or prefixes "
+                          f"with an optional :port, comma-separated, after an optional ^ (exclude) and = (exact), "
+                          f"e.g. =mlx5_0:1,mlx5_1:1)")
+        return text, None
+    if knob.kind == "hostport":
+        match = _HOSTPORT.match(text.strip())
+        if match is None or not 0 < int(match.group(1)) < 65536:
+            return None, (f"{knob.name}={text} is not host:port; ignored (valid: host:port, "
+                          f"[ipv6]:port, port 1-65535)")
+        return text.strip(), None
     if knob.kind == "level":
         value = _parse_level(text)
         if value is None:
@@ -262,7 +240,7 @@ def _parse_value(knob: Knob, text: str) -> tuple[Any, str | None]:
     return text, None
 
 
-_CONTROLLED = ("NCCL_", "NICKSIM_")
+_CONTROLLED = ("NCCL_", "NICKSIM_", "TORCH_NCCL_")
 
 
 def _merge_sources(environ: Mapping[str, str], overrides: Sequence[str]) -> tuple[dict, dict]:
@@ -299,3 +277,17 @@ def read_params(environ: Mapping[str, str], overrides: Sequence[str] = ()) -> Pa
         info.append(f"NCCL INFO {key} set by environment to {text}.")
     return Params(MappingProxyType(values), MappingProxyType(raw), MappingProxyType(sources),
                   tuple(warnings), tuple(info))
+
+
+def debug_ranks(params: Params, nranks: int) -> tuple[int, ...]:
+    """The ranks NICKSIM_DEBUG_RANKS names ("all", or "0,8-15"), within 0..nranks-1."""
+    text = str(params.get("NICKSIM_DEBUG_RANKS") or "all").strip().lower()
+    if text == "all":
+        return tuple(range(nranks))
+    ranks: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not (first.isdigit() and (not dash or last.isdigit())):
+            raise UsageError(f"'{text}' is not a list of ranks", "NICKSIM_DEBUG_RANKS", "all, or e.g. 0,8-15")
+        ranks.update(range(int(first), int(last if dash else first) + 1))
+    return tuple(r for r in sorted(ranks) if r < nranks)

@@ -24,7 +24,7 @@ from .constants.topo_rules import LOC_BW, TopoRules
 from .params import Params
 from .topo import CPU_ARCH, CPU_VENDOR, System
 
-__all__ = [
+__all__ = ["ib_hca_selects", 
     "Path",
     "Transport",
     "Gdr",
@@ -648,6 +648,13 @@ def compute_paths(system: System, params: Params, *, nranks: int | None = None, 
     """
     if params.get("NCCL_IB_DISABLE") == 1 and net_plugin == "IB":
         net_plugin = "Socket"
+    if params.get("NCCL_IB_HCA") and net_plugin == "IB" and system.nets():
+        unused = {n for n in system.nets() if not ib_hca_selects(params.get("NCCL_IB_HCA"), system.nodes[n].net.name,
+                                                                  system.nodes[n].net.port)}
+        if len(unused) == len(system.nets()):
+            net_plugin = "Socket"  # net_ib/init.cc: "NET/IB : No device found.", then the Socket transport
+        elif unused:
+            system = system.without(unused)
     gpus = system.gpus()
     nranks = nranks if nranks is not None else len(gpus)
     if rank is None:
@@ -681,6 +688,24 @@ def local_nets(paths: Paths, rank: int) -> tuple[int, ...]:
 def local_net(paths: Paths, rank: int, channel: int = 0) -> int | None:
     """The NET node a rank uses on `channel` (ncclTopoGetLocalNet)."""
     return _local_net(_table(paths), paths.system, paths.system.gpu_by_rank(rank), channel)
+
+
+def ib_hca_selects(setting: str, name: str, port: int) -> bool:
+    """Whether NCCL_IB_HCA `setting` keeps device `name` port `port` (misc/utils.cc matchIfList: a
+    leading '^' excludes, then '=' asks exact names, else each entry is a prefix; ':N' a port)."""
+    exclude = setting.startswith("^")
+    body = setting[1:] if exclude else setting
+    exact = body.startswith("=")
+    body = body[1:] if exact else body
+    hit = False
+    for entry in (e for e in body.split(",") if e):
+        ref, _, port_text = entry.partition(":")
+        ref_port = int(port_text.split(":")[0]) if port_text.split(":")[0].isdigit() else -1
+        named = name == ref if exact else name.startswith(ref)
+        if named and (ref_port == -1 or port == ref_port):
+            hit = True
+            break
+    return hit != exclude
 
 
 def p2p_net(paths: Paths, rank: int, peer_dev: int, channel: int = 0) -> tuple[int | None, int]:

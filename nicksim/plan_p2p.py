@@ -29,7 +29,7 @@ from .connect import p2p_channels, p2p_chunk_nbytes
 from .errors import UsageError
 from .plan import ChannelProgram, Plan, Prim, Stream
 
-__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks",
+__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks", "p2p_ll_threshold_nbytes",
            "u32fp8_round", "P2pSetup", "p2p_setup"]
 
 NCCL_STEPS = 8
@@ -178,8 +178,11 @@ def _parts(nbytes: int, step: int, nodes: int, fewest: int, most: int) -> int:
 
 def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
                   p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8,
-                  ll_buff_nbytes: int = 512 * 1024) -> list[P2pTransfer]:
-    """The transfers `rank` makes for a sendrecv (to rank+1, from rank-1) or an alltoall."""
+                  ll_buff_nbytes: int = 512 * 1024,
+                  ll_threshold_nbytes: int = P2P_LL_THRESHOLD_NBYTES) -> list[P2pTransfer]:
+    """The transfers `rank` makes for a sendrecv (to rank+1, from rank-1) or an alltoall; LL while
+    a peer's bytes fit `ll_threshold_nbytes` per part (NCCL_P2P_LL_THRESHOLD), in LL slots of
+    `ll_buff_nbytes` / NCCL_STEPS (the LL buffer, NCCL_LL_BUFFSIZE)."""
     _check_release(version_minor)
     group_size = p2p_group_size(nodes, per_node, group_size)
     n = call.nranks
@@ -203,10 +206,10 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
             self_send = peer == rank
             network = peer // per_node != rank // per_node
             if version_minor <= 28:  # LL while the bytes fit nChannelsMax x 16 KiB
-                protocol = "LL" if (not self_send and peer_nbytes <= most * P2P_LL_THRESHOLD_NBYTES) else "Simple"
+                protocol = "LL" if (not self_send and peer_nbytes <= most * ll_threshold_nbytes) else "Simple"
             else:  # parts first, by the Simple step; LL while the bytes fit them x 16 KiB
                 parts = _parts(peer_nbytes, p2p_chunk_nbytes, nodes, fewest, most)
-                protocol = "LL" if (not self_send and peer_nbytes <= parts * P2P_LL_THRESHOLD_NBYTES) else "Simple"
+                protocol = "LL" if (not self_send and peer_nbytes <= parts * ll_threshold_nbytes) else "Simple"
             step = ll_buff_nbytes // NCCL_STEPS if protocol == "LL" else p2p_chunk_nbytes
             chunk = step
             if network:
@@ -241,11 +244,13 @@ def _check_release(version_minor: int) -> None:
 
 
 def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
-                      p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8) -> list[int]:
-    """How many chunks each of `rank`'s point-to-point streams moves (p2p_programs' stream order)."""
+                      p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8, ll: tuple[int, int] | None = None
+                      ) -> list[int]:
+    """How many chunks each of `rank`'s point-to-point streams moves (p2p_programs' stream order);
+    `ll` is (LL buffer, LL threshold) where they are not NCCL's defaults."""
     out = []
     for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
-                           group_size):
+                           group_size, *(ll or ())):
         for part in range(len(t.channels)):
             beg, end = _part_bounds(len(t.channels), part, t.nbytes)
             out.append(max(1, _div_up(end - beg, t.chunk_nbytes)))
@@ -254,13 +259,13 @@ def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_ch
 
 def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
                  p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8,
-                 chunks_per_prim: int = 1) -> tuple[ChannelProgram, ...]:
+                 chunks_per_prim: int = 1, ll: tuple[int, int] | None = None) -> tuple[ChannelProgram, ...]:
     """The primitive programs `rank` runs for a sendrecv or alltoall: per channel, one stream per
     transfer part (NCCL runs up to 8 p2p works of a channel side by side), a primitive per chunk —
     or per `chunks_per_prim` consecutive chunks, as one primitive over their bytes."""
     streams: dict[int, list[Stream]] = {}
     for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
-                           group_size):
+                           group_size, *(ll or ())):
         src, dst = (rank, t.peer) if t.send else (t.peer, rank)
         origin = _segment(call, src, dst)
         for part, channel in enumerate(t.channels):
@@ -290,14 +295,20 @@ class P2pSetup:
     chunk_nbytes: int
     version_minor: int
     group_size: int
+    ll_buff_nbytes: int = 512 * 1024
+    ll_threshold_nbytes: int = P2P_LL_THRESHOLD_NBYTES
+
+    @property
+    def _ll(self) -> tuple[int, int]:
+        return self.ll_buff_nbytes, self.ll_threshold_nbytes
 
     def programs(self, call: Call, rank: int, chunks_per_prim: int = 1) -> tuple[ChannelProgram, ...]:
         return p2p_programs(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,
-                            self.chunk_nbytes, self.version_minor, self.group_size, chunks_per_prim)
+                            self.chunk_nbytes, self.version_minor, self.group_size, chunks_per_prim, self._ll)
 
     def stream_chunks(self, call: Call, rank: int) -> list[int]:
         return p2p_stream_chunks(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,
-                                 self.chunk_nbytes, self.version_minor, self.group_size)
+                                 self.chunk_nbytes, self.version_minor, self.group_size, self._ll)
 
     def plan_record(self, call: Call, programs: tuple[ChannelProgram, ...]) -> Plan:
         """A Plan standing for the call: algorithm "P2P", Simple where any stream of `programs`
@@ -313,4 +324,11 @@ def p2p_setup(job) -> P2pSetup:
     p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
     return P2pSetup(job.nodes, len(job.paths.node_system.gpus()), p2p.n_channels, p2p.per_peer,
                     p2p_chunk_nbytes(job.paths, job.nodes, job.params), job.system.rules.version.minor,
-                    int(job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE")))
+                    int(job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE")), job.comm.buff_nbytes[0],
+                    p2p_ll_threshold_nbytes(job.params))
+
+
+def p2p_ll_threshold_nbytes(params) -> int:
+    """NCCL_P2P_LL_THRESHOLD (enqueue.cc, default 16 KiB): a part of at most this many bytes goes LL."""
+    value = params.get("NCCL_P2P_LL_THRESHOLD")
+    return P2P_LL_THRESHOLD_NBYTES if value is None or value < 0 else int(value)

@@ -40,6 +40,9 @@ def _dev(paths: Paths, rank: int) -> int:
     return paths.system.nodes[_gpu(paths, rank)].gpu.dev
 
 
+_PATTERN_NVLS = 5  # NCCL_TOPO_PATTERN_NVLS
+
+
 def channel_net(paths: Paths, graph: Graph, channel: int, rank: int) -> int | None:
     """search.cc ncclTopoGetNetDev with a graph: the channel's first NIC if the rank heads the
     channel in its node, else its last."""
@@ -47,6 +50,9 @@ def channel_net(paths: Paths, graph: Graph, channel: int, rank: int) -> int | No
     c = channel % graph.n_channels
     index = 0 if graph.intra[c][0] == rank % per_node else 1
     net_id = graph.inter[c][index]
+    if graph.pattern == _PATTERN_NVLS:  # search.cc getNvlsNetDev: the NICs of the channels the rank heads
+        own = [inter[0] for intra, inter in zip(graph.intra, graph.inter) if intra[0] == rank % per_node]
+        net_id = own[channel % len(own)] if own else -1
     s = paths.system
     return next((n for n in s.nets() if s.nodes[n].id == net_id), None)
 

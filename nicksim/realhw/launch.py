@@ -74,10 +74,12 @@ def parse_host_port(text: str, where: str) -> tuple[str, int]:
 
 
 def root_address(params: Params, environ: Mapping[str, str]) -> tuple[str, int] | None:
-    """NICKSIM_COMM_ID, else MASTER_ADDR and MASTER_PORT (both needed), else None."""
-    comm_id = params.get("NICKSIM_COMM_ID")
-    if comm_id:
-        return parse_host_port(comm_id, "NICKSIM_COMM_ID")
+    """NICKSIM_COMM_ID, else NCCL_COMM_ID (NCCL's own root address, same grammar), else MASTER_ADDR
+    and MASTER_PORT (both needed), else None."""
+    for name in ("NICKSIM_COMM_ID", "NCCL_COMM_ID"):
+        comm_id = params.get(name)
+        if comm_id:
+            return parse_host_port(comm_id, name)
     addr, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
     if addr and port:
         return parse_host_port(f"{addr}:{port}" if ":" not in addr else f"[{addr}]:{port}",

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Mapping, NoReturn, Sequence
@@ -29,6 +30,8 @@ import numpy as np
 from ..calls import Call, call_for_size
 from ..errors import NickSimError, UsageError
 from ..job import JobSpec, load_job
+from ..joblog import JobLogger
+from ..logs import Identity, LogSink, debug_config
 from ..params import Params
 from ..plan import plan_call, rank_programs
 from ..plan_p2p import p2p_setup
@@ -62,8 +65,9 @@ def spawn(argv: Sequence[str], nranks: int, environ: Mapping[str, str], timeout_
     procs = []
     for rank in range(nranks):
         env = dict(environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank), NICKSIM_COMM_ID=root)
-        out = None if rank == 0 else subprocess.DEVNULL  # rank 0 prints the table; errors come from every rank
-        procs.append(subprocess.Popen([sys.executable, "-m", "nicksim", *argv], env=env, stdout=out))
+        # Rank 0 prints the table; every rank prints its own NCCL_DEBUG lines (to the shared stdout,
+        # as under mpirun) and its errors.
+        procs.append(subprocess.Popen([sys.executable, "-m", "nicksim", *argv], env=env))
     try:
         worst, failed_at = 0, None
         while any(p.poll() is None for p in procs):
@@ -204,7 +208,7 @@ def slot_nbytes(job, plan) -> dict[str, int]:
 
 
 def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in_place: bool, timeout_s: float,
-           gpu=None):
+           gpu=None, on_call=None):
     """One placement of one size: warm-up, timed iterations, the check; its Measurement. With
     `gpu` (cuda_ipc.GpuRuntime) the buffers are on the rank's device and CuPy kernels do the work."""
     rank = boot.rank
@@ -218,6 +222,8 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
     snapshot = in_place and call.collective in P2P_COLLECTIVES
 
     def once():
+        if on_call is not None:
+            on_call(in_place)
         try:
             run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, timeout_s, ops=ops)
         except (ExecuteError, ShmTimeoutError, NetError) as err:
@@ -270,10 +276,17 @@ def check_job_runnable(job, options: RunOptions) -> None:
 
 
 def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float,
-              net: NetPeers | None, traced: bool, gpu=None) -> tuple[ResultRow, list | None]:
+              net: NetPeers | None, traced: bool, gpu=None, logger: JobLogger | None = None
+              ) -> tuple[ResultRow, list | None]:
     """Plan `call`, agree on the plan, connect, and time it out of place and in place; where
-    `traced`, every rank's spans of one more call (`_traced`)."""
+    `traced`, every rank's spans of one more call (`_traced`). `logger` writes each call's NCCL_DEBUG
+    lines."""
     plan, programs = plan_rank(job, call, boot.rank)
+
+    def on_call(in_place: bool) -> None:
+        if logger is not None:
+            logger.call(call, plan.algorithm, in_place)
+
     check_same_plan(_exchange(boot, plan_fingerprint(plan)))
     check_runnable(programs, plan.algorithm)
     try:
@@ -282,8 +295,8 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
     except (ShmTimeoutError, NetError) as err:
         _report_stuck(boot, err)  # a peer that never connected: the bootstrap says whether it ended
     try:
-        out = _timed(boot, call, programs, links, options, False, timeout_s, gpu)
-        inp = _timed(boot, call, programs, links, options, True, timeout_s, gpu)
+        out = _timed(boot, call, programs, links, options, False, timeout_s, gpu, on_call)
+        inp = _timed(boot, call, programs, links, options, True, timeout_s, gpu, on_call)
         spans = _traced(boot, call, programs, links, timeout_s, gpu) if traced else None
     finally:
         for ring in links.values():
@@ -369,6 +382,9 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
         nnodes = len(set(nodes))
         job = _job_for(options, env.size, nnodes, params)
         gpu = _gpu_for(params, env, nnodes)
+        logger = _rank_logger(job, boot.rank, env, params)
+        if logger.active:
+            logger.init(find_interfaces(params.get("NCCL_SOCKET_IFNAME"), root[0]))
         net, ifname = _net_peers(boot, nodes, params, root, timeout_s)
         try:
             # Segment names must match on every rank: rank 0's process and port name the job.
@@ -382,7 +398,7 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
                 call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
                 traced = options.trace and size == options.sizes[-1]
                 row, spans = _one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s, net, traced,
-                                       gpu)
+                                       gpu, logger)
                 rows.append(row)
                 if env.rank == 0 and on_row is not None:
                     on_row(row)
@@ -391,7 +407,16 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
         finally:
             if net is not None:
                 net.listener.close()
+        logger.destroy()
+        logger.sink.close()
         return rows if env.rank == 0 else []
+
+
+def _rank_logger(job, rank: int, env: RankEnv, params: Params) -> JobLogger:
+    """This process's NCCL_DEBUG output, under its own host name, pid and thread."""
+    who = Identity(socket.gethostname(), os.getpid(), threading.get_native_id(), env.local_rank)
+    config = debug_config(params, job.system.rules.version.minor)
+    return JobLogger(job, LogSink(config, flush=True), (rank,), {rank: who})
 
 
 def _job_for(options: RunOptions, nranks: int, nnodes: int, params: Params):

@@ -14,17 +14,19 @@ never reaches the DES: its ranks print the bootstrap's failure instead.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..calls import Call
 from ..forensics import Diagnosis, diagnose, read_evidence
 from ..job import JobSpec, load_job
+from ..joblog import call_lines, init_lines
+from ..logs import DebugConfig, Identity, debug_config, format_line, line_kind
 from ..params import read_params
 from ..trace import chrome_trace
 from .library import Op, Scenario
 
-__all__ = ["Standing", "Replay", "replay", "OP_TYPES"]
+__all__ = ["Standing", "Replay", "replay", "OP_TYPES", "TorchSettings"]
 
 # PyTorch's OpType as its watchdog prints it, and its Flight Recorder profiling name, per collective
 # (c10d's opTypeToString; all_gather and reduce_scatter as the *_into_tensor calls issue them).
@@ -89,17 +91,26 @@ def _standings(scenario: Scenario, run, delays: dict[int, float]) -> list[Standi
 
 
 class _Writer:
-    """The lines and dump one rank leaves behind."""
+    """The lines and dump one rank leaves behind; its NCCL lines are those `config` selects."""
 
-    def __init__(self, scenario: Scenario, rank: int, gpus_per_node: int):
-        self.s, self.rank = scenario, rank
+    def __init__(self, scenario: Scenario, rank: int, gpus_per_node: int, config: DebugConfig):
+        self.s, self.rank, self.config = scenario, rank, config
         self.node, self.dev = divmod(rank, gpus_per_node)
         self.host, self.pid = f"node-{self.node:02d}", 4100 + rank
         self.lines: list[str] = []
 
-    def nccl(self, text: str, tid: int | None = None, where: str = "") -> None:
+    def nccl(self, text: str, tid: int | None = None, where: str = "", subsys: str = "INIT") -> None:
+        level, _, rest = text.partition(" ")
+        if not self.config.wants(level, subsys):
+            return
+        who = Identity(self.host, self.pid, tid or self.pid, self.dev)
         # torchrun --tee prefixes every line of a rank's output with its rank
-        self.lines.append(f"[rank{self.rank}]:{self.host}:{self.pid}:{tid or self.pid} [{self.dev}] {where}NCCL {text}")
+        self.lines.append(f"[rank{self.rank}]:" + format_line(who, level, rest, where.strip()))
+
+    def job_lines(self, lines) -> None:
+        """joblog's lines for this rank (the communicator, its channels, Init COMPLETE)."""
+        for level, subsys, text in lines:
+            self.nccl(f"{level} {text}", subsys=subsys)
 
     def address(self) -> tuple[str, str]:
         """The interface and address this rank's bootstrap uses (NCCL_SOCKET_IFNAME's, else eth0)."""
@@ -108,11 +119,11 @@ class _Writer:
 
     def init(self, nranks: int, version: str, failed: str | None, root_address: str) -> None:
         iface, address = self.address()
-        self.nccl(f"INFO Bootstrap : Using {iface}:{address}<0>")
+        self.nccl(f"INFO Bootstrap : Using {iface}:{address}<0>", subsys="BOOTSTRAP")
         if self.rank == 0:
-            self.nccl(f"INFO NCCL version {version}+cuda12.4")
+            self.nccl(f"INFO NCCL version {version}+cuda12.4", subsys="ALL")
         for name, value in sorted(self.s.env_of(self.rank).items()):
-            self.nccl(f"INFO {name} set by environment to {value}")
+            self.nccl(f"INFO {name} set by environment to {value}", subsys="ENV")
         if failed == "nvls-mig":
             # transport/nvls.cc ncclNvlsInit (2.19+): several ranks on one NVML device and NCCL_NVLS_ENABLE=1
             self.nccl('WARN NCCL_NVLS_ENABLE has been set to "1" and communicator has multiple ranks using the same '
@@ -134,9 +145,6 @@ class _Writer:
             self.lines.append(f"[rank{self.rank}]: ncclSystemError: System call (e.g. socket, malloc) or external "
                               f"library call failed or device error. Last error: socketStartConnect: Connect to "
                               f"{root_address}<39615> failed : Connection timed out")
-        elif not failed:
-            self.nccl(f"INFO comm 0x7f{self.rank:04x}c0 rank {self.rank} nranks {nranks} cudaDev {self.dev} nvmlDev "
-                      f"{self.dev} busId {0x18 + 0x10 * self.dev:x}000 commId 0x5d2e8a1f - Init COMPLETE")
 
     def fabric_error(self, peer: int) -> None:
         self.nccl(f"WARN NET/IB : Got completion from peer 10.1.{peer // self.s.gpus_per_node}.1<51{peer:03d}> with "
@@ -144,17 +152,35 @@ class _Writer:
                   self.pid + 2, "transport/net_ib.cc:1697 ")
         self.nccl("INFO transport/net.cc:1300 -> 6", self.pid + 2)
 
-    def watchdog(self, op: Op, seq: int, enqueued: int, completed: int, ran_ms: int) -> None:
+    def watchdog(self, op: Op, seq: int, enqueued: int, completed: int, ran_ms: int, torch: "TorchSettings") -> None:
+        """PyTorch's lines when the call times out: the watchdog's (or, with TORCH_NCCL_BLOCKING_WAIT=1,
+        wait()'s own exception), and what TORCH_NCCL_ASYNC_ERROR_HANDLING then does."""
         optype = OP_TYPES[op.collective][0]
         numel_in, numel_out = _numels(op, self.s.nranks)
         tag = f"[rank{self.rank}]:[E1201 03:14:{15 + self.rank % 40:02d}.{418265 + self.rank:09d} "
-        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:632] [PG {op.pg} Rank {self.rank}] Watchdog caught collective "
-                          f"operation timeout: WorkNCCL(SeqNum={seq}, OpType={optype}, NumelIn={numel_in}, "
-                          f"NumelOut={numel_out}, Timeout(ms)={self.s.timeout_ms}) ran for {ran_ms} milliseconds "
-                          "before timing out.")
-        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1664] [PG {op.pg} Rank {self.rank}] Exception (either an error "
+        work = (f"WorkNCCL(SeqNum={seq}, OpType={optype}, NumelIn={numel_in}, NumelOut={numel_out}, "
+                f"Timeout(ms)={self.s.timeout_ms}) ran for {ran_ms} milliseconds before timing out.")
+        who = f"[PG {op.pg} Rank {self.rank}]"
+        if torch.blocking_wait:  # ProcessGroupNCCL::WorkNCCL::synchronize raises in the caller's thread
+            self.lines.append(f"[rank{self.rank}]: torch.distributed.DistBackendError: {who} Work {work}")
+            return
+        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:632] {who} Watchdog caught collective operation timeout: {work}")
+        if torch.desync_debug:  # the desync report names which ranks had not joined the call
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1650] {who} Desync debugging is on (TORCH_NCCL_DESYNC_DEBUG=1): "
+                              f"this rank timed out at SeqNum {seq}; the ranks that never joined it are those whose "
+                              f"last enqueued work is below {seq}")
+        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1664] {who} Exception (either an error "
                           f"or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {enqueued}, "
                           f"last completed NCCL work: {completed}.")
+        if torch.async_error_handling in (1, 3):
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:630] {who} Some NCCL operations have failed or timed out. "
+                              "Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+                              "corrupted/incomplete data.")
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:636] {who} To avoid data inconsistency, we are taking the "
+                              "entire process down.")
+        elif torch.async_error_handling == 2:
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1700] {who} Aborting the communicators; the process "
+                              "goes on (TORCH_NCCL_ASYNC_ERROR_HANDLING=2).")
 
     def flight_recorder(self, standing: Standing, seqs: list[tuple[Op, int]]) -> dict:
         """PyTorch's dump (version 2.4 fields) of this rank's calls: the `before` ones completed, then
@@ -187,7 +213,28 @@ class _Writer:
         return {"version": "2.4", "rank": self.rank, "pg_config": {}, "pg_status": status, "entries": entries}
 
 
-_TRACE_BUFFER = 16  # the earlier calls a dump keeps (TORCH_NCCL_TRACE_BUFFER_SIZE is a ring)
+_TRACE_BUFFER = 16  # the earlier calls the scenarios list before their own (a dump keeps the last of them)
+
+
+@dataclass(frozen=True)
+class TorchSettings:
+    """PyTorch ProcessGroupNCCL's knobs a replay honours (nicksim env lists them)."""
+
+    async_error_handling: int = 3
+    blocking_wait: bool = False
+    desync_debug: bool = False
+    trace_buffer: int = 2000
+    dump_on_timeout: bool = True
+    pg_timeout_s: float | None = None  # None: the scenario's
+
+    @classmethod
+    def from_params(cls, params) -> "TorchSettings":
+        if params is None:
+            return cls()
+        timeout = params.get("NICKSIM_PG_TIMEOUT") if params.is_set("NICKSIM_PG_TIMEOUT") else None
+        return cls(int(params.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")), params.get("TORCH_NCCL_BLOCKING_WAIT") == 1,
+                   params.get("TORCH_NCCL_DESYNC_DEBUG") == 1, max(0, int(params.get("TORCH_NCCL_TRACE_BUFFER_SIZE"))),
+                   params.get("TORCH_NCCL_DUMP_ON_TIMEOUT") != 0, float(timeout) if timeout else None)
 
 
 def _sequence(scenario: Scenario, rank: int) -> list[tuple[Op, int]]:
@@ -233,8 +280,19 @@ def _nccl_tests(scenario: Scenario, job, version: str) -> tuple[list[str], tuple
     return lines, (f"the DES ran the all_reduce as {run.plan.algorithm}/{run.plan.protocol} in {run.time_us:.1f} us",)
 
 
-def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
-    """Run `scenario` (see the module docstring), writing its files under `out_dir`."""
+# The lines joblog writes that the writer's own init already has, per rank (with its interface).
+_OWN_KINDS = ("bootstrap", "version", "setting")
+
+
+def replay(scenario: Scenario, out_dir: str | Path, debug: DebugConfig | None = None,
+           torch: TorchSettings | None = None) -> Replay:
+    """Run `scenario` (see the module docstring), writing its files under `out_dir`. The ranks'
+    NCCL lines are those `debug` selects (NCCL_DEBUG*; default INFO with NCCL's default subsystems,
+    as the scenario's job ran); `torch` holds PyTorch's watchdog settings (its defaults if None):
+    the process group's timeout, blocking wait, the Flight Recorder's size and whether it dumps."""
+    torch = torch or TorchSettings()
+    if torch.pg_timeout_s is not None:
+        scenario = replace(scenario, timeout_ms=int(torch.pg_timeout_s * 1000))
     from ..model.engine import des_setup, simulate_sequences
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -242,7 +300,9 @@ def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
     job = load_job(JobSpec(system=scenario.system, nodes=scenario.nodes, gpus_per_node=scenario.gpus_per_node,
                            nccl_version=scenario.nccl_version, fabric=scenario.fabric), params)
     version = f"{scenario.nccl_version}.7" if scenario.nccl_version.count(".") == 1 else scenario.nccl_version
-    writers = [_Writer(scenario, r, scenario.gpus_per_node) for r in range(scenario.nranks)]
+    if debug is None or not debug.enabled:
+        debug = debug_config(read_params({"NCCL_DEBUG": "INFO"}), job.system.rules.version.minor)
+    writers = [_Writer(scenario, r, scenario.gpus_per_node, debug) for r in range(scenario.nranks)]
     files: list[str] = []
     if scenario.torn_lines:
         lines, hang_lines = _nccl_tests(scenario, job, version)
@@ -257,6 +317,9 @@ def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
     else:
         for w in writers:
             w.init(scenario.nranks, version, None, "")
+            w.job_lines(line for line in init_lines(job, w.rank) if line_kind(line[2]) not in _OWN_KINDS)
+            for count, op in enumerate(scenario.calls_of(w.rank)):
+                w.job_lines(call_lines(_call(op, scenario.nranks), count, w.rank, comm=int(op.pg.split()[0])))
         calls = {r: [_call(op, scenario.nranks) for op in scenario.calls_of(r)]
                  for r in range(scenario.nranks) if r not in scenario.unlaunched}
         setup = des_setup(job, faults=scenario.faults, stragglers=scenario.stragglers,
@@ -275,12 +338,17 @@ def replay(scenario: Scenario, out_dir: str | Path) -> Replay:
         files.append(str(out / "trace.json"))
         for w, stand in zip(writers, standing):
             seqs = _sequence(scenario, w.rank)
-            dump = w.flight_recorder(stand, seqs)
-            if stand.state in ("started", "scheduled"):
+            timed_out = stand.state in ("started", "scheduled")
+            if timed_out:
                 op, seq = seqs[len(seqs) - len(scenario.calls_of(w.rank)) + stand.index]
-                w.watchdog(op, seq, seq, seq - 1, scenario.timeout_ms + 26 + w.rank)
-            _write(out / f"nccl_trace_rank_{w.rank}.json", json.dumps(dump, indent=1))
-            files.append(str(out / f"nccl_trace_rank_{w.rank}.json"))
+                w.watchdog(op, seq, seq, seq - 1, scenario.timeout_ms + 26 + w.rank, torch)
+            # The Flight Recorder keeps the last TORCH_NCCL_TRACE_BUFFER_SIZE calls and dumps them on a
+            # timeout where TORCH_NCCL_DUMP_ON_TIMEOUT is on (0 entries: it records nothing).
+            if torch.trace_buffer and torch.dump_on_timeout and not torch.blocking_wait:
+                kept = seqs[-torch.trace_buffer:]
+                dump = w.flight_recorder(stand, kept)
+                _write(out / f"nccl_trace_rank_{w.rank}.json", json.dumps(dump, indent=1))
+                files.append(str(out / f"nccl_trace_rank_{w.rank}.json"))
     for w in writers:
         _write(out / f"rank{w.rank}.log", "\n".join(w.lines) + "\n")
         files.append(str(out / f"rank{w.rank}.log"))
