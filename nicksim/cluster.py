@@ -20,7 +20,7 @@ from .hardware import Fabric
 from .paths import Paths, local_net, p2p_net
 from .topo import System
 
-__all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "Route", "format_cluster"]
+__all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "fabric_routes", "Route", "format_cluster"]
 
 
 @dataclass(frozen=True)
@@ -147,17 +147,39 @@ def fabric_route(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) -
     as InfiniBand's ftree routing programs the switches): the destination's position among its
     leaf's ports modulo the spines, so that the ports under one leaf come down distinct spines and
     traffic to different destinations does not pile onto one uplink."""
+    routes = fabric_routes(cluster, src, dst)
+    return routes[0] if routes else None
+
+
+def fabric_routes(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) -> tuple[Route, ...]:
+    """Every route from NIC port `src` to NIC port `dst` through a distinct spine, the one
+    fabric_route takes (D-mod-K) first, then spine (that + k) mod spines for k = 1, 2, ...; a
+    single route where the two ports share a leaf or the fabric has fewer than two spines; none
+    where they are not connected. Flows spread over several of them where the fabric or the
+    transport asks for it (ECMP over a connection's queue pairs, adaptive routing: model/ib.py)."""
     g = cluster.graph
     a, b = _nic_key(*src), _nic_key(*dst)
     if a not in g or b not in g:
-        return None
+        return ()
     try:
         hops = nx.shortest_path(g, a, b)
     except nx.NetworkXNoPath:
-        return None
+        return ()
     if len(hops) == 1:
-        return Route(tuple(hops), g.nodes[a]["bw_gbps"], 0.0)
-    hops = _spread_over_spines(cluster, hops, dst)
+        return (Route(tuple(hops), g.nodes[a]["bw_gbps"], 0.0),)
+    first = _spread_over_spines(cluster, hops, dst)
+    at = [i for i, hop in enumerate(first) if hop[0] == "spine"]
+    variants = [first]
+    if len(at) == 1 and cluster.spines > 1:
+        i, base = at[0], first[at[0]][1]
+        for k in range(1, cluster.spines):
+            spine = ("spine", (base + k) % cluster.spines)
+            if g.has_edge(first[i - 1], spine) and g.has_edge(spine, first[i + 1]):
+                variants.append(first[:i] + [spine] + first[i + 1:])
+    return tuple(_route_of(g, hops) for hops in variants)
+
+
+def _route_of(g: nx.Graph, hops: list) -> Route:
     bw = min(g.edges[u, v]["bw_gbps"] for u, v in zip(hops, hops[1:]))
     lat = sum(g.edges[u, v]["lat_us"] for u, v in zip(hops, hops[1:]))
     lat += sum(g.nodes[n].get("lat_us", 0.0) for n in hops if n[0] != "nic")

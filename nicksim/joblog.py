@@ -1,13 +1,15 @@
 """The NCCL_DEBUG lines NCCL prints for one job, rank by rank, from the core's results.
 
-`init_lines(job, rank)` promises the lines ncclCommInitRank writes on `rank`, in NCCL's order and
-with NCCL's subsystem for each: bootstrap interface, the version (rank 0), the network, Init START,
-the settings read, NVLS support, the communicator line, the graphs (GRAPH), NVLS heads, rings (rank
-0), trees, the P2P chunk, thread thresholds, channel counts, the tuning table (TUNING, rank 0), the
-connections (before 2.22, when NCCL connects every ring and tree during init) and Init COMPLETE.
-`connect_lines(job, rank, algorithm)` gives the connections 2.22 and later make at a call's first
-use of an algorithm (NCCL_RUNTIME_CONNECT), `call_lines` the per-call COLL line, and
-`destroy_line` the last. Every line is (level, subsystem, text); logs.LogSink writes them.
+`init_lines(job, rank)` promises the lines ncclCommInitRank writes on `rank`, in NCCL's order, in
+the wording of the job's release and with NCCL's subsystem flags for each: bootstrap interface,
+the version, the network, Init START, the string settings read, affinity, NVLS support, the
+communicator line, the graphs (GRAPH), NVLS heads, rings (rank 0), trees, the integer settings
+read, the P2P chunk, the connections (before 2.22, or with cuMem off, when NCCL connects every ring
+and tree during init), the tuning table (TUNING, rank 0), thread thresholds, channel counts, CC
+(rank 0) and Init COMPLETE. `connect_lines(job, rank, algorithm)` gives the connections 2.22 and
+later make at a call's first use of an algorithm (NCCL_RUNTIME_CONNECT), `call_lines` the per-call
+COLL line, and `destroy_line` the last. Every line is (level, subsystem, text); logs.LogSink writes
+them, and JobLogger drives a whole run.
 
 A simulated rank has a made-up identity (host `node-NN`, a pid per rank): what it would print, not
 a claim about a real process.

@@ -204,19 +204,21 @@ KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
        versioned=((3, 0), (26, -1))),
     _k("NCCL_IB_TIMEOUT", 20, "int", "IB QP local ACK timeout exponent: 4.096 us x 2^N per attempt (14 to 2.13, "
        "18 in 2.14-2.22, 20 from 2.23; net_ib/connect.cc)", model=NO_EFFECT,
-       des="when a dead link's transfers fail with IB status 12 (retry exceeded): (RETRY_CNT + 1) x 4.096 us x "
-       "2^TIMEOUT after they stall", real=_NOT_RUN, versioned=((3, 14), (14, 18), (23, 20))),
+       des="when a dead link's transfers fail with IB status 12 (retry exceeded), ending the run as NCCL aborts: "
+       "(RETRY_CNT + 1) x 4.096 us x 2^TIMEOUT after they stall (0: never)", real=_NOT_RUN, versioned=((3, 14), (14, 18), (23, 20))),
     _k("NCCL_IB_RETRY_CNT", 7, "int", "IB retransmissions before a QP errors out (net_ib/connect.cc)", model=NO_EFFECT,
        des="with NCCL_IB_TIMEOUT, when a dead link's transfers fail with status 12", real=_NOT_RUN),
     _k("NCCL_IB_QPS_PER_CONNECTION", 1, "int", "queue pairs per IB connection (net_ib/connect.cc)", "2.10",
-       model=NO_EFFECT, des="each connection's data spread over that many spine routes (ECMP hashes each QP apart)",
-       real=_NOT_RUN),
+       model=NO_EFFECT, des="on RoCE without adaptive routing, a connection's queue pairs hash onto that many spine "
+       "routes (ECMP); on InfiniBand they share one route (one destination LID)", real=_NOT_RUN),
     _k("NCCL_IB_SPLIT_DATA_ON_QPS", 0, "int", "1 splits each message over all QPs; 0 one QP per message, round-robin "
        "(1 in 2.18-2.19, 0 from 2.20; net_ib/common.cc)", "2.18", model=NO_EFFECT,
-       des="whether a chunk is split over its connection's QP routes or chunks alternate routes",
+       des="1: every message split over its connection's queue-pair routes; 0: each message whole on the next "
+       "queue pair in turn (counted over the messages in flight)",
        real=_NOT_RUN, versioned=((18, 1), (20, 0))),
     _k("NCCL_IB_ADAPTIVE_ROUTING", -2, "int", "adaptive routing (-2: on for InfiniBand, off for RoCE; "
-       "net_ib/init.cc)", "2.16", model=NO_EFFECT, des="flows sprayed evenly over every spine route",
+       "net_ib/init.cc)", "2.16", model=NO_EFFECT, des="a connection's bytes sprayed evenly over every spine route "
+       "between its leaves",
        real=_NOT_RUN),
     _k("NCCL_IB_AR_THRESHOLD", 8192, "int", "sends above this use adaptive routing's write + separate notification",
        "2.6", model=NO_EFFECT, real=_NOT_RUN),

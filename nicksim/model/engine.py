@@ -22,9 +22,16 @@ move in lockstep are simulated once, and so are nodes that behave alike (symmetr
 exact, and `merge=False` / `collapse=False` turn them off. When a run ends with streams still
 waiting, or at the watchdog limit, the result carries a HangReport naming each blocked stream, the
 primitive it is in and what it waits for, and the transfers stalled on dead links.
+
+Where NCCL's IB transport carries the network (ib.py), a connection's bytes take the spine routes
+its queue pairs or adaptive routing give them (a share of each), and a connection whose data got
+stuck on a dead network link errors out as its queue pair would (status 12, retry exceeded)
+NCCL_IB_RETRY_CNT + 1 local ACK timeouts later: NCCL then aborts, so the run ends there (when that
+comes before the watchdog limit) and the HangReport names each such connection and when it failed.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -40,13 +47,14 @@ from ..tuning import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
+from .ib import ERROR_LINK_KINDS, ib_transport
 from .network import FluidNetwork
 from .proxy import ProxyThreads
 from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
-__all__ = ["DesSetup", "DesRun", "Blocked", "HangReport", "des_setup", "simulate", "simulate_sequences",
-           "coarse_plan", "default_params", "WATCHDOG_US"]
+__all__ = ["DesSetup", "DesRun", "Blocked", "Stall", "NetError", "HangReport", "des_setup", "simulate",
+           "simulate_sequences", "coarse_plan", "default_params", "WATCHDOG_US"]
 
 WATCHDOG_US = 600e6  # PyTorch's default process-group timeout, 600 s
 
@@ -112,6 +120,23 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class NetError:
+    """A network connection whose queue pair gave up, as NCCL's IB transport reports it ("NET/IB :
+    Got completion from peer ... with status=12", IBV_WC_RETRY_EXC_ERR): the sending rank, its peer
+    and channel, the dead link its data got stuck on and since when, when the error comes (us), and
+    the NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT that timed it (ib.py)."""
+
+    rank: int
+    peer: int
+    channel: int
+    link: str
+    stuck_us: float
+    time_us: float
+    timeout: int
+    retry_cnt: int
+
+
+@dataclass(frozen=True)
 class HangReport:
     """Nothing could progress, or the watchdog limit passed: the streams left blocked and the
     transfers stalled on dead links, at the simulated time it became clear. `ranks` are the ranks
@@ -123,15 +148,25 @@ class HangReport:
     watchdog: bool = False
     last_progress_us: float = 0.0
     done_ranks: tuple[int, ...] = ()  # ranks that finished every call they made
+    # Connections stuck on a dead network link, with when their queue pairs error out: those that
+    # did by `time_us` (NCCL aborted there), else those that would have after it.
+    net_errors: tuple[NetError, ...] = ()
 
     @property
     def ranks(self) -> tuple[int, ...]:
         return tuple(sorted({r for s in self.stalls for r in (s.src, *s.dst)}))
 
+    @property
+    def aborted(self) -> bool:
+        """Whether a queue pair's completion error ended the run (before the watchdog limit)."""
+        return any(e.time_us <= self.time_us for e in self.net_errors)
+
     def lines(self, per_rank: int = 1) -> list[str]:
-        """The report for people: stalled transfers by link and pair (their channels listed), then
-        per blocked rank how many streams wait and what the first `per_rank` of them wait for."""
-        why = "the watchdog limit passed" if self.watchdog else "nothing can progress"
+        """The report for people: stalled transfers by link and pair (their channels listed), the
+        connections whose queue pairs errored out (status 12), then per blocked rank how many
+        streams wait and what the first `per_rank` of them wait for."""
+        why = "the watchdog limit passed" if self.watchdog else \
+            "NCCL aborted on a NET/IB completion error" if self.aborted else "nothing can progress"
         ranks = sorted({b.rank for b in self.blocked})
         out = [f"hang: {len(self.blocked)} stream(s) of {len(ranks)} rank(s) blocked; last progress at "
                f"{self.last_progress_us:.1f} us, reported at {self.time_us:.1f} us ({why})"]
@@ -141,6 +176,7 @@ class HangReport:
         for (link, src, dst), channels in sorted(pairs.items()):
             out.append(f"  stalled on {link} (carries nothing): rank {src} -> rank {', '.join(map(str, dst))}, "
                        f"channels {', '.join(map(str, sorted(channels)))}")
+        out += self._error_lines()
         for rank in ranks:
             mine = sorted((b for b in self.blocked if b.rank == rank), key=_telling)
             for b in mine[:per_rank]:
@@ -149,6 +185,24 @@ class HangReport:
                            f"(elements {b.offset}+{b.nelem}) waits for {b.waits_for}")
         if self.done_ranks:
             out.append(f"  done with all their calls: rank {', '.join(map(str, self.done_ranks))}")
+        return out
+
+    def _error_lines(self) -> list[str]:
+        """One line per sender and peer whose connections' queue pairs errored out (or would have,
+        after the watchdog limit): the first such error, the channels, where the data got stuck."""
+        reached = [e for e in self.net_errors if e.time_us <= self.time_us]
+        pairs: dict[tuple[int, int], list[NetError]] = {}
+        for e in reached or self.net_errors:
+            pairs.setdefault((e.rank, e.peer), []).append(e)
+        out = []
+        for (rank, peer), errors in sorted(pairs.items(), key=lambda kv: (min(e.time_us for e in kv[1]), kv[0])):
+            first = min(errors, key=lambda e: (e.time_us, e.channel))
+            when = f"at {first.time_us / 1e6:.6g} s" if reached else \
+                f"would come at {first.time_us / 1e6:.6g} s, after the watchdog limit"
+            channels = ", ".join(map(str, sorted({e.channel for e in errors})))
+            out.append(f"  rank {rank}: NET/IB completion error status=12 (retry exceeded) on the connection to "
+                       f"rank {peer} {when} (NCCL_IB_TIMEOUT={first.timeout}, NCCL_IB_RETRY_CNT={first.retry_cnt}; "
+                       f"channels {channels}; stuck on {first.link} since {first.stuck_us:.1f} us)")
         return out
 
 
@@ -217,13 +271,14 @@ class _Conn:
     one's first step arriving, `heads`, and of all of it arriving, `dones`, kept until the receiver
     takes it), slices taken by the receiver and slots it freed."""
 
-    __slots__ = ("posted", "heads", "dones", "taken", "freed", "credits")
+    __slots__ = ("posted", "heads", "dones", "taken", "freed", "credits", "msgs")
 
     def __init__(self, credits: int):
         self.heads: dict[int, simpy.Event] = {}
         self.dones: dict[int, simpy.Event] = {}
         self.posted = self.taken = self.freed = 0
         self.credits = credits
+        self.msgs = 0  # network messages sent so far (a coarse slice stands for several): the next QP
 
     def post(self, head: simpy.Event, done: simpy.Event) -> None:
         self.heads[self.posted], self.dones[self.posted] = head, done
@@ -259,6 +314,12 @@ class _Sim:
         self.fabric = setup.fabric
         self.n_channels = max(1, n_channels)
         self._routers: dict[str, Router] = {}
+        self.ib = ib_transport(job)
+        # Whether a connection's bytes may take several spine routes (queue pairs, adaptive routing).
+        self.multipath = self.ib.multipath and self.fabric.cluster.spines > 1
+        self.dead: dict[int, float] = {}                     # link -> when it went down
+        self.stuck: dict[tuple, tuple[float, int]] = {}      # (src, dst, channel) -> (since, dead link)
+        self.abort_at = float("inf")
         # CTA, LL and network connection links are numbered alike by every graph's router.
         self.router = self.router_for(first_algorithm)
         n_fabric = len(self.fabric.links)
@@ -412,6 +473,40 @@ class _Sim:
         yield self.env.timeout(fault.at_us)
         for link in fault.links:
             self.net.set_capacity(link, 0.0)
+            self.dead.setdefault(link, self.env.now)
+        for tag, link in self.net.stalled():  # what was moving on them is stuck from now
+            self._stuck(tag, link)
+
+    def _watch(self, tag: tuple, route: tuple[int, ...]) -> None:
+        """A transfer just started: stuck from now if it crosses a link that is down."""
+        for link in set(route):
+            if link in self.dead and self.net.capacity[link] <= 0:
+                self._stuck(tag, link)
+
+    def _stuck(self, tag: tuple, link: int) -> None:
+        """A network transfer stopped on a dead `link`: each connection it is on errors out as its queue
+        pair would (ib.py), counted from its first transfer that got stuck; the run ends at the first
+        error, where NCCL aborts (the proxy returns ncclSystemError, the framework tears the job down)."""
+        after = self.ib.retry_exceeded_us
+        if after is None or link >= len(self.fabric.links) or self.fabric.links[link].kind not in ERROR_LINK_KINDS:
+            return
+        src, dsts, channel, router = tag
+        for dst in self._stuck_peers(router, channel, src, dsts, link):
+            key = (src, dst, channel)
+            if key in self.stuck:
+                continue
+            self.stuck[key] = (self.env.now, link)
+            at = self.env.now + after
+            if at < min(self.abort_at, self.setup.timeout_us):
+                self.abort_at = at
+                self.env.timeout(after).callbacks.append(simpy.core.StopSimulation.callback)
+
+    def _stuck_peers(self, router: Router, channel: int, src: int, dsts, link: int) -> list[int]:
+        """The peers on other nodes whose connection from `src` crosses `link` (all of them where a
+        rank's transfer stands for other ranks' and none of its own routes does)."""
+        peers = [d for d in dsts if d >= 0 and d // self.per_node != src // self.per_node]
+        on = [d for d in peers if any(link in path for path in router.peer_paths(channel, src, d))]
+        return on or peers
 
     def _stream(self, c: _CallRun, rank: int, channel: int, stream, launch_us: float):
         state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch", c]
@@ -434,10 +529,12 @@ class _Sim:
         line = _LINE_NBYTES.get(protocol)
         for index, prim in enumerate(stream.prims):
             state[0], state[1] = index, prim
-            peers_out = [dst for dst in prim.send_to if dst >= 0]
-            route, hw, route_lat = self._route(c, prim, rank, channel, node, local, peers_out)
-            net_out = [d for d in peers_out if c.router.peer(channel, rank, d)[1] == HW_NET]
+            targets = [dst for dst in prim.send_to if dst >= 0]
+            route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, targets)
+            net_out = [d for d in targets if c.router.peer(channel, rank, d)[1] == HW_NET]
             posts = self._proxies(rank, channel) if net_out else ()
+            # Round-robin queue pairs: each message takes the next one, so the route moves on per slice.
+            by_message = self.multipath and self.ib.round_robin and bool(net_out)
             # Connections run between the ranks simulated: a peer's stand-in, once per primitive.
             peers_in = self._stand_ins(prim.recv_from, channel)
             peers_out = self._stand_ins(prim.send_to, channel)
@@ -476,14 +573,21 @@ class _Sim:
                 if posts:
                     state[3] = "its proxy thread"
                     yield from self._post(posts, channel)
+                if by_message and outs:
+                    sent_msgs = next((conn.msgs for dst, conn in zip(peers_out, outs) if dst in net_out), 0)
+                    route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, targets,
+                                                               sent_msgs)
                 first = line if line is not None else wire * c.head_share
                 start = self.env.now
                 moved, steps = self._with_step_costs(c, route, wire, protocol)
-                head, done, sent = self.net.transfer2(moved, wire, lat, min(wire, first),
-                                                      (rank, tuple(peers_out), channel), self.weight[channel],
-                                                      route_lat, costly + steps)
+                tag = (rank, tuple(peers_out), channel, c.router)
+                head, done, sent = self.net.transfer2(moved, wire, lat, min(wire, first), tag, self.weight[channel],
+                                                      route_lat, costly + steps + shares)
+                if self.dead:
+                    self._watch(tag, moved)
                 for dst, conn in zip(peers_out, outs):
                     conn.post(*(self._received(dst, channel, head, done) if dst in net_out else (head, done)))
+                    conn.msgs += c.factor
                     self._notify(("data", channel, rank, dst, cid))
                 self._switch_outputs(c, prim, channel, node, key, head, done)
                 state[3] = "its transfer"
@@ -514,14 +618,20 @@ class _Sim:
             dones = []
             for prim in batch:
                 peers_out = [d for d in prim.send_to if d >= 0]
-                route, hw, route_lat = self._route(c, prim, rank, channel, node, local, peers_out)
+                # A PAT step is one message per peer; its connection's posted steps say which QP is next.
+                sent_msgs = self._pat_conn(pchan, rank, peers_out[0])[1] * c.factor if peers_out else 0
+                route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, peers_out,
+                                                           sent_msgs)
                 wire = wire_nbytes(protocol, prim.nelem * c.elem_nbytes)
                 lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
                 if hw == HW_NET:
                     yield from self._post(self._proxies(rank, channel), channel)
                 moved, steps = self._with_step_costs(c, route, wire, protocol)
-                dones.append(self.net.transfer2(moved, wire, lat, wire, (rank, tuple(peers_out), channel),
-                                                self.weight[channel], route_lat, steps)[1])
+                tag = (rank, tuple(peers_out), channel, c.router)
+                dones.append(self.net.transfer2(moved, wire, lat, wire, tag, self.weight[channel], route_lat,
+                                                steps + shares)[1])
+                if self.dead:
+                    self._watch(tag, moved)
             state[3] = "its round's transfers"
             yield simpy.AllOf(self.env, dones)
             self.last_progress = self.env.now
@@ -662,28 +772,52 @@ class _Sim:
             self.collnet_in.setdefault(ckey, []).append((head, done, nodes))
             self._notify(("collnet", ckey))
 
-    def _route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out) -> tuple:
-        """The links one slice of `prim` crosses, the hardware row that prices its step, and the
-        route's latency where it is not the links' sum (None); for a rank standing for others
-        (symmetry.py), the links of every member's own slice, at one member's latency."""
+    def _route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out,
+               sent_msgs: int = 0) -> tuple:
+        """The links one slice of `prim` crosses, the hardware row that prices its step, the route's
+        latency where it is not the links' sum (None), and what each byte counts as on the links that
+        carry only a share of it ((link, share) pairs: a connection spread over several spine routes,
+        ib.py, its `sent_msgs` messages so far saying which queue pairs its slice is on); for a rank
+        standing for others (symmetry.py), the links of every member's own slice, at one member's
+        latency."""
         collapse = self.collapse
-        if collapse is None:
-            route, hw = self._member_route(c, prim, rank, channel, node, local, peers_out)
-            return route, hw, None
-        key = (c.plan.algorithm, c.plan.protocol, rank, channel, prim.op, prim.recv_from, prim.send_to)
+        if collapse is None and not self.multipath:
+            route, hw, _ = self._member_route(c, prim, rank, channel, node, local, peers_out)
+            return route, hw, None, ()
+        # Round-robin queue pairs: the slice's messages move alongside the ones sent before it that are
+        # still in flight (up to a connection's slots), each on its own QP, so the slice's bytes are
+        # counted over that window's QPs: a connection's first message takes one route, later ones more.
+        first, n_msgs = 0, 1
+        if self.ib.round_robin:
+            first = max(0, sent_msgs - c.factor * (c.credits - 1))
+            first, n_msgs = first % self.ib.qps, sent_msgs + c.factor - first
+        key = (c.plan.algorithm, c.plan.protocol, rank, channel, prim.op, prim.recv_from, prim.send_to, first,
+               n_msgs)
         cached = self.routes.get(key)
         if cached is None:
-            own, hw = self._member_route(c, prim, rank, channel, node, local, peers_out)
-            links: list[int] = []
-            for member in collapse.members(rank, channel):
-                peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
-                links += self._member_route(c, prim, member, channel, member // self.per_node, local, peers)[0]
+            own, hw, short = self._member_route(c, prim, rank, channel, node, local, peers_out, first, n_msgs)
+            # The parallel routes have one route's latency: a link carrying a share counts that share.
+            lat = sum(self.net.latency[x] for x in own) - sum(self.net.latency[x] * d for x, d in short.items())
+            links = list(own)
+            if collapse is not None:
+                links, short = [], dict()
+                for member in collapse.members(rank, channel):
+                    peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
+                    more, _, less = self._member_route(c, prim, member, channel, member // self.per_node, local,
+                                                       peers, first, n_msgs)
+                    links += more
+                    for x, d in less.items():
+                        short[x] = short.get(x, 0.0) + d
+            uses = Counter(links)
+            shares = tuple(sorted((x, (uses[x] - d) / uses[x]) for x, d in short.items()))
             # The members' routes run side by side: the latency is one route's, not their sum.
-            cached = self.routes[key] = (tuple(links), hw, sum(self.net.latency[x] for x in own))
+            cached = self.routes[key] = (tuple(links), hw, lat if collapse is not None or short else None, shares)
         return cached
 
-    def _member_route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out
-                      ) -> tuple[tuple[int, ...], str]:
+    def _member_route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out,
+                      first_msg: int = 0, n_msgs: int = 1) -> tuple[tuple[int, ...], str, dict[int, float]]:
+        """The links of one rank's slice, its hardware row, and per link crossed by only a share of the
+        bytes what is missing from a whole crossing (summed over its listings)."""
         r = c.router
         links = [r.cta(rank, channel)]
         hw = ""
@@ -706,8 +840,13 @@ class _Sim:
                 links.append(r.net_conn(rank, channel, 0))
             hw = HW_NET
         slot = 0
+        short: dict[int, float] = {}
         for dst in peers_out:
             route, kind = r.peer(channel, rank, dst)
+            if kind == HW_NET and self.multipath:
+                paths = r.peer_paths(channel, rank, dst)
+                if len(paths) > 1:
+                    route = _spread(paths, self.ib.path_weights(len(paths), first_msg, n_msgs), short)
             links += route
             if kind == HW_NET and slot < NET_CONN_SLOTS and self.params.net_step_us > 0:
                 links.append(r.net_conn(rank, channel, slot))
@@ -716,7 +855,7 @@ class _Sim:
                 hw = kind
         if peers_out and c.plan.protocol == "LL" and c.plan.algorithm != "P2P":
             links.append(r.ll(rank))
-        return tuple(links), hw
+        return tuple(links), hw, short
 
     # --- the outcome --------------------------------------------------------------------------
 
@@ -724,8 +863,13 @@ class _Sim:
         if self.finished == self.n_streams:
             return None
         names = [link.name for link in self.fabric.links]
-        stalls = tuple(Stall(src, dsts, channel, names[link]) for (src, dsts, channel), link in self.net.stalled()
+        stalls = tuple(Stall(src, dsts, channel, names[link]) for (src, dsts, channel, _), link in self.net.stalled()
                        if link < len(names))
+        after = self.ib.retry_exceeded_us or 0.0
+        errors = tuple(NetError(src, dst, member, names[link], since, since + after, self.ib.timeout,
+                                self.ib.retry_cnt)
+                       for (src, dst, channel), (since, link) in sorted(self.stuck.items())
+                       for member in self.groups.get(channel, (channel,)))  # each channel of a lockstep group
         blocked = []
         for (rank, channel, name), (index, prim, s, what, c) in sorted(self.state.items(), key=lambda kv: kv[0]):
             if what is None:
@@ -734,7 +878,7 @@ class _Sim:
                                    prim.offset if prim else 0, prim.nelem if prim else 0, s, what,
                                    c.index, c.call.collective, c.call.nbytes))
         return HangReport(self.env.now, tuple(blocked), stalls, self.env.now >= self.setup.timeout_us,
-                          self.last_progress, tuple(sorted(self.done_ranks)))
+                          self.last_progress, tuple(sorted(self.done_ranks)), errors)
 
     def link_stats(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
         names = [link.name for link in self.fabric.links]
@@ -742,6 +886,27 @@ class _Sim:
         busy_us = self.net.busy_us
         return ({names[i]: self.net.bytes_on[i] for i in used}, {names[i]: float(busy_us[i]) for i in used},
                 {names[i]: float(self.net.capacity[i]) for i in used})
+
+
+def _spread(paths: tuple[tuple[int, ...], ...], weights: tuple[float, ...], short: dict[int, float]) -> list[int]:
+    """The links of `paths` taken in the proportions `weights` gives them (ib.py path_weights): every
+    link of a route with a share listed (as often as one route crosses it), and in `short` what its
+    listings miss of whole crossings, e.g. 3/4 of a spine cable that a quarter of the bytes cross."""
+    share: dict[int, float] = {}
+    times: dict[int, int] = {}
+    for path, weight in zip(paths, weights):
+        if weight <= 0:
+            continue
+        for link, n in Counter(path).items():
+            share[link] = share.get(link, 0.0) + weight * n
+            times[link] = max(times.get(link, 0), n)
+    links = []
+    for link, carried in share.items():
+        links += [link] * times[link]
+        missing = times[link] - carried
+        if missing > 1e-9:
+            short[link] = short.get(link, 0.0) + missing
+    return links
 
 
 def _p2p_plan(job, call: Call, max_chunks: int) -> tuple[Plan, dict[int, tuple], int]:
@@ -791,8 +956,9 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
         faulty.setdefault(root_node, set()).add((-1, "root"))
 
     def route_cables(channel: int, src: int, dst: int):
-        route, _ = sim.router.peer(channel, src, dst)
-        cables = tuple(link for link in route if node_links <= link < len(fabric.links))
+        paths = sim.router.peer_paths(channel, src, dst) if sim.multipath else (sim.router.peer(channel, src, dst)[0],)
+        used = paths[:sim.ib.n_used(len(paths))]  # the spine routes its queue pairs or adaptive routing take
+        cables = tuple(dict.fromkeys(link for path in used for link in path if node_links <= link < len(fabric.links)))
         colours = tuple(hash((fabric.links[x].bw_gbps, fabric.links[x].lat_us, marks.get(x))) for x in cables)
         return cables, colours
 

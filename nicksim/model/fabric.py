@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from ..cluster import Cluster, fabric_route
+from ..cluster import Cluster, fabric_routes
 from ..errors import UsageError
 
-__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "cable_route", "net_route", "format_fabric"]
+__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "cable_route", "cable_routes", "net_route",
+           "format_fabric"]
 
 
 @dataclass(frozen=True)
@@ -97,12 +98,18 @@ def node_route(fabric: Fabric, node: int, src: int, dst: int) -> tuple[int, ...]
 def cable_route(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int]) -> tuple[int, ...]:
     """The cables from NIC port (node, port) to NIC port (node, port), a port being the NET's
     position in the node's NETs."""
+    return cable_routes(fabric, src, dst)[0]
+
+
+def cable_routes(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int]) -> tuple[tuple[int, ...], ...]:
+    """The cables of every route from NIC port `src` to NIC port `dst` through a distinct spine,
+    cable_route's first (cluster.py fabric_routes); one route where no spine offers a choice."""
     (n1, p1), (n2, p2) = src, dst
-    route = fabric_route(fabric.cluster, src, dst)
-    if route is None:
+    routes = fabric_routes(fabric.cluster, src, dst)
+    if not routes:
         raise UsageError(f"NIC port {p1} of node {n1} does not reach NIC port {p2} of node {n2}", "model",
                          "ports both nodes have, on a connected network")
-    return tuple(fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:]))
+    return tuple(tuple(fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:])) for route in routes)
 
 
 def net_route(fabric: Fabric, src: tuple[int, int, int], dst: tuple[int, int, int]) -> tuple[int, ...]:

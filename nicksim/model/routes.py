@@ -13,7 +13,11 @@
   every transfer that CTA drives passes (so a channel moves no faster than its CTA can);
   `ll(rank)`: one per rank that all its LL sends cross; `net_conn(rank, channel, slot)`: one per
   connection a rank sends on across the network (a primitive reaches at most NET_CONN_SLOTS peers
-  there: a tree's two children).
+  there: a tree's two children);
+- `peer_paths(channel, src, dst)`: for a NET peer, `peer`'s route through every spine between the
+  two NICs' leaves (peer's own, through the D-mod-K spine, first: fabric.py cable_routes), over
+  which queue pairs and adaptive routing spread a connection (ib.py); `peer`'s route alone
+  otherwise.
 Each route also says which NCCL hardware row prices its steps (NVLINK, PCI or NET). Routes are
 computed once per connection and kept.
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 from ..errors import UsageError
 from ..paths import p2p_net
 from ..transports import channel_net
-from .fabric import Fabric, cable_route, node_route
+from .fabric import Fabric, cable_routes, node_route
 
 __all__ = ["Router", "HW_NVLINK", "HW_PCI", "HW_NET", "NET_CONN_SLOTS"]
 
@@ -83,14 +87,30 @@ class Router:
         n1, n2 = src // self.per_node, dst // self.per_node
         if src == dst:  # alltoall's own piece: a copy inside the GPU
             return (), HW_NVLINK
-        if self.p2p and n1 != n2:
-            return self._p2p_net_route(channel, src, dst), HW_NET
         if n1 == n2:
             route = node_route(self.fabric, n1, self._gpu(src), self._gpu(dst))
             kinds = {self.fabric.links[link].kind for link in route}
             return route, HW_NVLINK if kinds <= {"NVL", "LOC"} else HW_PCI
-        return self._net_leg(channel, src, send=True) + self._cables(channel, src, dst) \
-            + self._net_leg(channel, dst, send=False), HW_NET
+        head, cables, tail = self._net_parts(channel, src, dst)
+        return head + cables[0] + tail, HW_NET
+
+    def peer_paths(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
+        return self._cached(("paths", channel, src, dst), lambda: self._peer_paths(channel, src, dst))
+
+    def _peer_paths(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
+        route, kind = self.peer(channel, src, dst)
+        if kind != HW_NET:
+            return (route,)
+        head, cables, tail = self._net_parts(channel, src, dst)
+        return tuple(head + c + tail for c in cables)
+
+    def _net_parts(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
+        """A NET connection as (sender's GPU to its NIC, the cables of every spine route, the
+        receiver's NIC to its GPU)."""
+        if self.p2p:
+            return self._p2p_net_parts(channel, src, dst)
+        return self._net_leg(channel, src, send=True), self._cables(channel, src, dst), \
+            self._net_leg(channel, dst, send=False)
 
     def _net(self, channel: int, rank: int) -> int:
         net = self._nvls_net(channel, rank) if self.graph.pattern == _PATTERN_NVLS \
@@ -100,7 +120,7 @@ class Router:
                              "model", "a system whose nodes have NICs")
         return net
 
-    def _p2p_net_route(self, channel: int, src: int, dst: int) -> tuple[int, ...]:
+    def _p2p_net_parts(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
         """Point-to-point over the network: the sender's NIC as ncclTopoGetNetDev picks it for the peer
         (its own, or the one by the peer's GPU through a PXN relay); the receiver asks with itself as
         the peer (net.cc recvSetup), so it receives on its own NIC."""
@@ -113,9 +133,9 @@ class Router:
             raise UsageError(f"rank {src} or rank {dst} has no NIC", "model", "a system whose nodes have NICs")
         gpu = self._gpu(src)
         hops = [(gpu, send_net)] if proxy == l1 else [(gpu, s.gpu_by_rank(proxy)), (s.gpu_by_rank(proxy), send_net)]
-        out = tuple(link for a, b in hops for link in node_route(self.fabric, n1, a, b))
-        out += cable_route(self.fabric, (n1, self._port(send_net)), (n2, self._port(recv_net)))
-        return out + node_route(self.fabric, n2, recv_net, self._gpu(dst))
+        head = tuple(link for a, b in hops for link in node_route(self.fabric, n1, a, b))
+        cables = cable_routes(self.fabric, (n1, self._port(send_net)), (n2, self._port(recv_net)))
+        return head, cables, node_route(self.fabric, n2, recv_net, self._gpu(dst))
 
     def _p2p_net(self, local: int, peer_dev: int, channel: int) -> tuple:
         """paths.p2p_net, the same for every node copy: looked up once."""
@@ -158,9 +178,10 @@ class Router:
     def _port(self, net: int) -> int:
         return self.system.nets().index(net)
 
-    def _cables(self, channel: int, src: int, dst: int) -> tuple[int, ...]:
+    def _cables(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
         n1, n2 = src // self.per_node, dst // self.per_node
-        return cable_route(self.fabric, (n1, self._port(self._net(channel, src))), (n2, self._port(self._net(channel, dst))))
+        return cable_routes(self.fabric, (n1, self._port(self._net(channel, src))),
+                            (n2, self._port(self._net(channel, dst))))
 
     def nvls_up(self, node: int, local: int) -> tuple[int, ...]:
         return self._nvs(node, local, up=True)
