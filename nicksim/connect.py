@@ -186,20 +186,19 @@ def _min_channels(params: Params) -> int:
     return max(0, min(value, MAXCHANNELS))
 
 
-def _ring_dump(prefix: str, ring: tuple[int, ...], nranks: int, minor: int | None) -> str:
+def _ring_dump(prefix: str, ring: tuple[int, ...], nranks: int, minor: int) -> str:
     """rings.cc dumpLine: to 2.22, " %3d" for at most 20 ranks; from 2.23, each rank as wide as the
     largest, the line cut at 127 characters and ended with "..." when longer."""
-    if minor is not None and minor <= 22:
+    if minor <= 22:
         return prefix + " " + "".join(f" {r:3d}" for r in ring[:20])
     width = len(str(nranks - 1))
     line = prefix + "".join(f" {r:{width}d}" for r in ring)
     return line if len(line) <= 127 else line[:124] + "..."
 
 
-def format_channels(channels: Channels, minor: int | None = None) -> list[str]:
-    """NCCL's lines for one rank, as release 2.`minor` prints them (None: the newest): `Channel
-    00/16 : ...` rings (rings.cc dumpLine, printed by rank 0) and `Trees [0] d0/d1/d2->rank->up
-    ...` (init.cc)."""
+def format_channels(channels: Channels, minor: int) -> list[str]:
+    """NCCL's lines for one rank, as release 2.`minor` prints them: `Channel 00/16 : ...` rings
+    (rings.cc dumpLine, printed by rank 0) and `Trees [0] d0/d1/d2->rank->up ...` (init.cc)."""
     lines = []
     if channels.rank == 0:
         for c, ring in enumerate(channels.rings):

@@ -190,7 +190,6 @@ def _parse_list(text: str, elems: Sequence[str]) -> tuple[ListSetting | None, st
 
 _INT64 = 1 << 63
 _IFLIST_ENTRY = re.compile(r"^[^:\s]+(?::(\d*)(?::\d*){0,2})?$")
-_HOSTPORT = re.compile(r"^(?:\[[0-9A-Fa-f:.]+(?:%[\w.-]+)?\]|[A-Za-z0-9_.-]+):(\d+)$")
 
 
 def _parse_iflist(knob: Knob, text: str) -> str | None:
@@ -219,12 +218,7 @@ def _parse_value(knob: Knob, text: str) -> tuple[Any, str | None]:
                           f"with an optional :port, comma-separated, after an optional ^ (exclude) and = (exact), "
                           f"e.g. =mlx5_0:1,mlx5_1:1)")
         return text, None
-    if knob.kind == "hostport":
-        match = _HOSTPORT.match(text.strip())
-        if match is None or not 0 < int(match.group(1)) < 65536:
-            return None, (f"{knob.name}={text} is not host:port; ignored (valid: host:port, "
-                          f"[ipv6]:port, port 1-65535)")
-        return text.strip(), None
+
     if knob.kind == "level":
         value = _parse_level(text)
         if value is None:

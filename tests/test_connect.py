@@ -3,6 +3,8 @@ import re
 
 import pytest
 
+from nicksim.job import JobSpec, load_job
+
 from conftest import build, need_validation
 from nicksim.connect import connect, format_channels
 from nicksim.params import read_params
@@ -30,19 +32,31 @@ def test_rings_and_trees_match_what_nccl_2_22_printed_on_p5():
     _, paths = build("dgx-h100", "2.22", nodes=2)
     params = read_params({})
     graphs = search_graphs(paths, params)
-    ours = format_channels(connect(paths, graphs, params, 2, 0))
+    ours = format_channels(connect(paths, graphs, params, 2, 0), 22)
     assert ours[:16] == theirs
     assert ours[16] == trees
     # Every rank's Trees line, as each printed it.
     for rank in range(16):
         line = re.search(rf"\[1,{rank}\]<stdout>:\S+ \[\d\] NCCL INFO (Trees .*)", log).group(1).rstrip()
-        assert format_channels(connect(paths, graphs, params, 2, rank))[-1] == line, rank
+        assert format_channels(connect(paths, graphs, params, 2, rank), 22)[-1] == line, rank
 
 
 def test_one_node_doubles_the_search_channels():
     ch = channels("dgx-h100", "2.30", 1)
     assert ch.n_channels == 24  # 12 search channels (30 GB/s each), doubled at connect time
-    assert format_channels(ch)[-1].startswith("Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1")
+    assert format_channels(ch, 30)[-1].startswith("Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->-1")
+
+
+def test_ring_lines_as_each_release_dumps_them():
+    # rings.cc dumpLine: " %3d" for at most 20 ranks to 2.22; from 2.23 each rank as wide as the
+    # largest, the line cut at 127 characters and ended with "..."
+    ch = channels("dgx-h100", "2.30", 1)
+    assert format_channels(ch, 30)[0] == "Channel 00/24 :" + "".join(f" {r}" for r in ch.rings[0])
+    assert format_channels(ch, 22)[0] == "Channel 00/24 : " + "".join(f" {r:3d}" for r in ch.rings[0])
+    big = load_job(JobSpec(system="dgx-h100", nodes=32), read_params({})).channels
+    newer, older = format_channels(big, 30)[0], format_channels(big, 22)[0]
+    assert len(newer) == 127 and newer.endswith("...") and newer.startswith(f"Channel 00/{big.n_channels:02d} :   0 ")
+    assert len(older.split(":")[1].split()) == 20
 
 
 def test_sm90_multi_node_extra_doubling_and_channel_limits():
