@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Sequence
 
 from .alphabeta import alphabeta_table, format_alphabeta, scenario_tables
-from .calls import COLLECTIVES, collective_name, dtype_name, redop_name
+from .calls import COLLECTIVES, call_for_size, collective_name, dtype_name, redop_name
 from .catalog import CATALOG, DEFAULT_SYSTEM
 from .cluster import format_cluster
 from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, tuning_tables
-from .calls import call_for_size
 from .engines import ENGINES, engine_result
 from .errors import NickSimError, UsageError
 from .hardware import FABRICS, GPU_MODELS
