@@ -166,9 +166,11 @@ def _run_env(args, params: Params) -> int:
     from .constants import parse_version
     from .constants.knobs import ENGINE_NAMES
     minor = parse_version(args.nccl_version).minor
+    on_job: dict[str, str] = {}
     if args.system_opt:  # the job loads: a bad system or file says so here
         job = load_job(JobSpec(system=args.system_opt, nccl_version=args.nccl_version), params)
         _warn(job.params.notes)
+        on_job = _job_values(job)
     wanted = [n.upper() for n in args.names]
     unknown = [n for n in wanted if not any(k.startswith(n) for k in KNOBS)]
     if unknown:
@@ -193,19 +195,37 @@ def _run_env(args, params: Params) -> int:
             state = ""
         rows.append({"name": name, "value": params.raw.get(name) if is_set else None,
                      "source": params.sources.get(name) if is_set else None, "state": state,
-                     "default": knob.default_for(minor), "releases": release, "doc": knob.doc,
+                     "default": knob.default_for(minor), "on_system": on_job.get(name),
+                     "releases": release, "doc": knob.doc,
                      **{engine: knob.effect(engine) for engine in ENGINE_NAMES}})
     print(f"# nicksim env: {len(rows)} knob(s), NCCL 2.{minor} defaults; effects per engine (model, des, real)")
     for row in rows:
         value = f"{row['value']} ({row['source']}{', ' + row['state'] if row['state'] else ''})" \
             if row["value"] is not None else "unset"
-        print(f"{row['name']} = {value}; default {_env_default(row['default'])}; NCCL {row['releases']}")
+        here = f"; on {args.system_opt}: {row['on_system']}" if row["on_system"] is not None else ""
+        print(f"{row['name']} = {value}; default {_env_default(row['default'])}{here}; NCCL {row['releases']}")
         print(f"    {row['doc']}")
         for engine in ENGINE_NAMES:
             print(f"    {engine + ':':<6} {row[engine]}")
     if args.json:
         _write_json(args.json, {"nccl_version": f"2.{minor}", "knobs": rows})
     return 0
+
+
+def _job_values(job: Job) -> dict[str, str]:
+    """What the job actually uses where a knob's default is computed from the machine: buffers,
+    channels, NVLS channels and chunk, the network overhead and the IB transport's settings."""
+    from .model.ib import ib_transport
+    from .tuning import net_overhead_us
+    comm, ib = job.comm, ib_transport(job)
+    values = {"NCCL_LL_BUFFSIZE": comm.buff_nbytes[0], "NCCL_LL128_BUFFSIZE": comm.buff_nbytes[1],
+              "NCCL_BUFFSIZE": comm.buff_nbytes[2], "NCCL_MAX_CTAS": f"{job.channels.n_channels} channels",
+              "NCCL_NVLS_NCHANNELS": comm.nvls_channels, "NCCL_NVLS_CHUNKSIZE": comm.nvls_chunk_nbytes,
+              "NCCL_NET_OVERHEAD": f"{net_overhead_us(comm.inputs, job.params):g} us"}
+    if ib.verbs:
+        values.update({"NCCL_IB_ADAPTIVE_ROUTING": int(ib.adaptive), "NCCL_IB_QPS_PER_CONNECTION": ib.qps,
+                       "NCCL_IB_TIMEOUT": ib.timeout, "NCCL_IB_RETRY_CNT": ib.retry_cnt})
+    return {name: str(value) for name, value in values.items()}
 
 
 def _env_default(value) -> str:

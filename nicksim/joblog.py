@@ -22,6 +22,7 @@ from .calls import DTYPES, REDOPS, Call
 from .connect import format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels, \
     p2p_chunk_nbytes
 from .logs import Identity, LogSink
+from .params import KNOBS
 from .search import format_graph
 from .transports import connection_lines, ring_links, tree_links
 from .trees import dtree
@@ -33,14 +34,15 @@ __all__ = ["Line", "JobLogger", "rank_identity", "init_lines", "connect_lines", 
 
 Line = tuple[str, str, str]  # (level, subsystem, text)
 
-# debug.cc reads NCCL_DEBUG* itself, without a line; NICKSIM_* are nicksim's own.
-_UNLOGGED = ("NCCL_DEBUG", "NICKSIM_")
+# debug.cc reads NCCL_DEBUG* itself, without a line; NICKSIM_* are nicksim's own, TORCH_* PyTorch's.
+_UNLOGGED = ("NCCL_DEBUG", "NICKSIM_", "TORCH_")
 RUNTIME_CONNECT_MINOR = 22  # init.cc 2.22: NCCL_RUNTIME_CONNECT=1 connects an algorithm at its first call
 
-# Knobs NCCL reads as strings (ncclGetEnv): logged without the trailing period of integer params.
-_STRING_KNOBS = ("NCCL_TOPO_FILE", "NCCL_TOPO_DUMP_FILE", "NCCL_GRAPH_FILE", "NCCL_GRAPH_DUMP_FILE",
-                 "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_ALGO", "NCCL_PROTO", "NCCL_COMM_ID", "NCCL_P2P_LEVEL",
-                 "NCCL_NET_GDR_LEVEL", "NCCL_DEBUG_FILE", "NCCL_HOSTID", "NCCL_THREAD_THRESHOLDS")
+def _read_as_string(name: str) -> bool:
+    """Whether NCCL reads `name` as a string (ncclGetEnv): its line has no trailing period, unlike an
+    integer param's (param.cc "%s set by environment to %lld.")."""
+    knob = KNOBS.get(name)
+    return knob is not None and knob.kind != "int"
 
 
 def runtime_connect(job) -> bool:
@@ -100,7 +102,7 @@ def setting_lines(params, names: Iterable[str] | None = None) -> list[Line]:
             continue
         text = params.raw.get(name, str(params.values[name]))
         value = params.values[name]
-        if name in _STRING_KNOBS or not isinstance(value, int):
+        if _read_as_string(name) or not isinstance(value, int):
             lines.append(("INFO", "ENV", f"{name} set by environment to {text}"))
         else:
             lines.append(("INFO", "ENV", f"{name} set by environment to {value}."))
@@ -131,7 +133,7 @@ def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None) 
     start = _init_text(job, rank, "START")
     if start:
         lines.append(("INFO", "INIT", start))
-    string_set = [n for n in _STRING_KNOBS if n in job.params.values]
+    string_set = [n for n in sorted(job.params.values) if _read_as_string(n)]
     lines += setting_lines(job.params, string_set)
     affinity = _affinity(job, local)
     if affinity and not version.at_least(28):
@@ -151,7 +153,7 @@ def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None) 
     heads = nvls_heads(graphs, job.nodes, per_node)
     lines += [("INFO", "INIT", text) for text in format_nvls_heads(heads, job.nodes, node)]
     lines += [("INFO", "INIT", text) for text in format_channels(channels, version.minor)]
-    others = [n for n in sorted(job.params.values) if n not in _STRING_KNOBS]
+    others = [n for n in sorted(job.params.values) if not _read_as_string(n)]
     lines += setting_lines(job.params, others)
     tables = tuning_tables(version)
     lines.append(("INFO", "INIT", f"P2P Chunksize set to {p2p_chunk_nbytes(paths, job.nodes, job.params)}"))

@@ -72,6 +72,20 @@ def test_env_lists_every_knob_with_its_effect_per_engine(tmp_path):
     assert "NCCL_IB_QPS_PER_CONNECTION = unset; default 1; NCCL 2.10+" in out.stdout
 
 
+def test_env_with_a_system_says_what_its_job_uses():
+    # computed defaults: 16 NVLS channels on SM90, 24 on a single-node SM100 (2.27+); adaptive routing on
+    # for an InfiniBand fabric; channels as the search found them
+    h100 = run_cli("env", "NCCL_NVLS_NCHANNELS", "NCCL_IB_ADAPTIVE_ROUTING", "NCCL_MAX_CTAS", "--system", "dgx-h100")
+    assert "NCCL_NVLS_NCHANNELS = unset; default unset; on dgx-h100: 16;" in h100.stdout
+    assert "NCCL_IB_ADAPTIVE_ROUTING = unset; default -2; on dgx-h100: 1;" in h100.stdout
+    channels = _job(system="dgx-h100").channels.n_channels
+    assert f"on dgx-h100: {channels} channels;" in h100.stdout
+    b200 = run_cli("env", "NCCL_NVLS_NCHANNELS", "--system", "dgx-b200")
+    assert "on dgx-b200: 24;" in b200.stdout
+    forced = run_cli("env", "NCCL_IB_ADAPTIVE_ROUTING", "--system", "dgx-h100", "--env", "NCCL_IB_ADAPTIVE_ROUTING=0")
+    assert "on dgx-h100: 0;" in forced.stdout
+
+
 def test_env_says_where_a_value_came_from_and_what_the_release_does_with_it():
     out = run_cli("env", "NCCL_PAT_ENABLE", "NCCL_BUFFSIZE", "--nccl-version", "2.22", "--env", "NCCL_PAT_ENABLE=1",
                   "--env", "NCCL_BUFFSIZE=0x200000")

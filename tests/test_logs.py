@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli
 from nicksim.forensics import read_evidence
 from nicksim.job import JobSpec, load_job
-from nicksim.joblog import JobLogger, call_lines, init_lines
+from nicksim.joblog import JobLogger, call_lines, comm_pointer, init_lines, setting_lines
 from nicksim.calls import call_for_size
 from nicksim.logs import (Identity, LogSink, debug_config, expand_debug_file, format_line, line_kind,
                           parse_line, read_job_log)
@@ -139,7 +139,7 @@ def test_the_log_says_what_the_job_is(perf_log):
     job = load_job(JobSpec(system="dgx-h100", nodes=2, nccl_version="2.22"), read_params({"NCCL_BUFFSIZE": "8388608"}))
     log = read_job_log(perf_log.splitlines())
     assert sorted(log.comms) == list(range(16))
-    assert log.comms[9] == {"comm": log.comms[9]["comm"], "nranks": 16, "nnodes": 2, "local_ranks": 8, "local_rank": 1}
+    assert log.comms[9] == {"comm": comm_pointer(9), "nranks": 16, "nnodes": 2, "local_ranks": 8, "local_rank": 1}
     assert [log.rings[c] for c in range(job.channels.n_channels)] == [tuple(r) for r in job.channels.rings]
     for rank in (0, 5, 12):
         view = job.channels_of(rank)
@@ -245,3 +245,11 @@ def test_a_real_run_logs_each_rank_as_itself(tmp_path):
     # out of place and in place: the timed call (-n 1) and the check (-c 1), no warm-up (-w 0)
     assert len(log.calls[0]) == len(log.calls[1]) == 2 * (1 + 1)
     assert [c["op_count"] for c in log.calls[1]] == [0, 1, 2, 3]
+
+
+def test_only_nccls_own_knobs_are_echoed_and_strings_have_no_period():
+    params = read_params({"NCCL_BUFFSIZE": "0x800000", "NCCL_TOPO_DUMP_FILE": "/tmp/t.xml", "NCCL_P2P_LEVEL": "NVL",
+                          "NCCL_DEBUG": "INFO", "NICKSIM_DEBUG_RANKS": "0", "TORCH_NCCL_BLOCKING_WAIT": "1"})
+    texts = [text for _, _, text in setting_lines(params)]
+    assert texts == ["NCCL_BUFFSIZE set by environment to 8388608.", "NCCL_P2P_LEVEL set by environment to NVL",
+                     "NCCL_TOPO_DUMP_FILE set by environment to /tmp/t.xml"]
