@@ -6,7 +6,11 @@ One float all_reduce of `--size` bytes (64 MiB by default) on local ranks:
   where torch is installed (`pip install torch==2.13.0` takes the CPU build kept on disk here);
 - mpi4py's Allreduce over Open MPI, started by mpirun, where both are installed
   (`apt-get install openmpi-bin libopenmpi-dev; pip install mpi4py`);
-- numpy's copy of the same buffer in this process, the memory bandwidth one rank can reach.
+- numpy's copy of the same buffer in this process, the memory bandwidth one rank can reach, and
+  the same copy in two processes at once, which says how much memory bandwidth two cores share:
+  a 2-rank ring all_reduce through shared memory must at least read each rank's input and write
+  its output, the output through the cache (a write first reads its line), so 6 buffers' worth of
+  traffic against the two copies' 4: its busbw over one memcpy's is at most t1 / (1.5 x t2).
 Every peer runs the same size, warm-up and iterations, `--repeat` times; each figure is the median
 of those runs (the machines are shared and noisy). Printed: ms per call and busbw (GB/s, as
 nccl-tests computes it: algbw x 2(n-1)/n) for each, then nicksim's busbw over each peer's, and
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -107,15 +112,35 @@ def mpi4py_seconds(nranks: int, nbytes: int, iters: int, warmup: int) -> float |
     return float(run.stdout.strip().splitlines()[-1])
 
 
-def memcpy_seconds(nbytes: int, iters: int, warmup: int) -> float:
+def memcpy_seconds(nbytes: int, iters: int, warmup: int, ready=None) -> float:
+    """numpy's copy of the buffer, per call; `ready()` is called between the warm-up and the timing."""
     a = np.ones(nbytes // 4, np.float32)
     b = np.empty_like(a)
     for _ in range(warmup):
         np.copyto(b, a)
+    if ready is not None:
+        ready()
     start = time.perf_counter()
     for _ in range(iters):
         np.copyto(b, a)
     return (time.perf_counter() - start) / iters
+
+
+def _copy_in_process(barrier, results, nbytes: int, iters: int, warmup: int) -> None:
+    results.put(memcpy_seconds(nbytes, iters, warmup, barrier.wait))
+
+
+def concurrent_memcpy_seconds(nbytes: int, iters: int, warmup: int, nprocs: int = 2) -> float:
+    """The slowest of `nprocs` processes each copying its own buffer at the same time."""
+    barrier, results = multiprocessing.Barrier(nprocs), multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=_copy_in_process, args=(barrier, results, nbytes, iters, warmup))
+             for _ in range(nprocs)]
+    for p in procs:
+        p.start()
+    times = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    return max(times)
 
 
 def median_of(repeat: int, timer, *args) -> float | None:
@@ -135,8 +160,10 @@ def main() -> None:
     nbytes = parse_size(args.size, "--size")
     copy = median_of(args.repeat, memcpy_seconds, nbytes, args.iters, args.warmup)
     copy_gbps = nbytes / copy / 1e9
+    both = median_of(args.repeat, concurrent_memcpy_seconds, nbytes, args.iters, args.warmup)
     print(f"# all_reduce of {nbytes} bytes (float), median of {args.repeat} runs of {args.iters} iterations; "
-          f"numpy memcpy of it: {copy * 1e3:.2f} ms, {copy_gbps:.2f} GB/s")
+          f"numpy memcpy of it: {copy * 1e3:.2f} ms, {copy_gbps:.2f} GB/s; two at once: {both * 1e3:.2f} ms each, "
+          f"so 2 ranks' busbw / memcpy <= {copy / (1.5 * both):.2f} on this machine's memory")
     peers = (("gloo", gloo_seconds), ("mpi4py", mpi4py_seconds))
     head = "".join(f" {name + ' ms':>10} {'busbw':>6}" for name, _ in peers)
     ratios = "".join(f" {'/' + name:>8}" for name, _ in peers)

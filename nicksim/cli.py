@@ -597,10 +597,13 @@ def _run_real(args, params: Params, spec: JobSpec | None = None) -> int:
 
     def joined(layout: str):  # nccl-tests prints its header once every rank is up, then each row as it completes
         print(f"# nicksim {'run' if spec is None else 'perf'} {collective}: {layout}, NCCL {version} plans")
-        if str(params.get("NICKSIM_DEVICE")).strip().lower() == "gpu":
-            print(f"# not used here: IB verbs ({verbs_unavailable()})")
-        else:
-            print(f"# not used here: GPU kernels and CUDA IPC ({gpu_unavailable()}); IB verbs ({verbs_unavailable()})")
+        unused = [] if str(params.get("NICKSIM_DEVICE")).strip().lower() == "gpu" else \
+            [f"GPU kernels and CUDA IPC ({gpu_unavailable()})"]
+        no_verbs = verbs_unavailable(params.get("NCCL_IB_HCA"), int(params.get("NCCL_IB_DISABLE")))
+        if no_verbs:
+            unused.append(f"IB verbs ({no_verbs})")
+        if unused:
+            print(f"# not used here: {'; '.join(unused)}")
         print(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {step} warmup iters: "
               f"{args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
         print("\n".join(table_header()), flush=True)

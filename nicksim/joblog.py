@@ -109,15 +109,22 @@ def setting_lines(params, names: Iterable[str] | None = None) -> list[Line]:
     return lines
 
 
-def _socket_lines(interfaces: list[tuple[str, str]]) -> list[Line]:
-    """A real rank's network: TCP sockets on the interfaces it found (net_socket.cc's line)."""
+def _socket_lines(interfaces: list[tuple[str, str]], ib_port: str | None = None) -> list[Line]:
+    """A real rank's network: TCP sockets on the interfaces it found (net_socket.cc's line), or
+    its IB port ("mlx5_0:1/IB") with the socket interface as its out-of-band (net_ib/init.cc)."""
+    if ib_port:
+        name, addr = interfaces[0]
+        return [("INFO", "INIT|NET", f"NET/IB : Using [0]{ib_port} ; OOB {name}:{addr}<0>"),
+                ("INFO", "INIT", "Using network IB")]
     names = " ".join(f"[{i}]{name}:{addr}<0>" for i, (name, addr) in enumerate(interfaces))
     return [("INFO", "INIT|NET", f"NET/Socket : Using {names}"), ("INFO", "INIT", "Using network Socket")]
 
 
-def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None) -> list[Line]:
+def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None,
+               ib_port: str | None = None) -> list[Line]:
     """What ncclCommInitRank logs on `rank` (see the module docstring). `interfaces` are a real
-    rank's (name, address) pairs: its bootstrap and socket network then name them."""
+    rank's (name, address) pairs: its bootstrap and socket network then name them; `ib_port`
+    the IB port its NET uses instead of sockets."""
     paths, graphs = job.paths, job.graphs
     version = job.system.rules.version
     per_node = len(paths.node_system.gpus())
@@ -129,7 +136,7 @@ def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None) 
     colon = ":" if version.at_least(24) else " :"
     lines: list[Line] = [("INFO", "BOOTSTRAP" if version.at_least(23) else "INIT", f"Bootstrap{colon} Using {boot}<0>")]
     lines.append(("VERSION", "ALL", f"NCCL version {version}"))  # JobLogger keeps it where NCCL prints it
-    lines += _socket_lines(interfaces) if interfaces else _net_lines(job, rank)
+    lines += _socket_lines(interfaces, ib_port) if interfaces else _net_lines(job, rank)
     start = _init_text(job, rank, "START")
     if start:
         lines.append(("INFO", "INIT", start))
@@ -357,11 +364,11 @@ class JobLogger:
     def active(self) -> bool:
         return self.sink.config.enabled and bool(self.ranks)
 
-    def init(self, interfaces: list[tuple[str, str]] | None = None) -> None:
+    def init(self, interfaces: list[tuple[str, str]] | None = None, ib_port: str | None = None) -> None:
         if not self.active:
             return
         for rank in self.ranks:
-            lines = init_lines(self.job, rank, interfaces)
+            lines = init_lines(self.job, rank, interfaces, ib_port)
             emit_lines(self.sink, self.who[rank], [line for line in lines
                                                    if line[0] != "VERSION" or self._prints_version(rank)])
 

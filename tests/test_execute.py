@@ -54,12 +54,17 @@ def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = 
             errors[r] = err
             barrier.abort()
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(call.nranks)]
+    in_threads(rank_main, call.nranks)
+    return sends, recvs, errors
+
+
+def in_threads(rank_main, nranks: int, timeout_s: float = 120) -> None:
+    """rank_main(r) for every rank, each in its own thread, all joined."""
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(nranks)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
-    return sends, recvs, errors
+        t.join(timeout=timeout_s)
 
 
 def check(job, plan, tag, programs=None):

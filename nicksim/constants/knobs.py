@@ -63,7 +63,8 @@ _PATHS = "transport of each GPU pair (paths.cc), so the search, the channels and
 _PLAN = "the plan the real backend runs (same choice as model)"
 _SEARCH = "graph search (search.cc): channels, rings, trees and their bandwidth"
 _TUNE = "the algorithm/protocol choice and its time (tuning.cc / enqueue.cc)"
-_NOT_RUN = "no modelled effect (the real backend's NET is TCP sockets; no verbs transport)"
+_NOT_RUN = "no modelled effect (the real backend's NET registers host memory: no GPUDirect)"
+_IB_REAL = "the real backend's NET/IB (realhw/net_ib.py, where an RDMA device and pyverbs exist): "
 _DES_REPLAY = "the hang replay's watchdog and logs (nicksim hang replay)"
 
 
@@ -191,37 +192,45 @@ KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
        "2.15", model="none: nicksim does not model kernel launch geometry"),
     # --- network (transport/net_ib, net_socket, bootstrap) ---
     _k("NCCL_IB_DISABLE", 0, "int", "1 disables IB/RoCE verbs: NET falls back to sockets (net_ib/init.cc)",
-       model="NET over sockets: the Socket plugin's NIC speeds and no GDR", real="no effect: the real backend's NET "
-       "is always sockets"),
+       model="NET over sockets: the Socket plugin's NIC speeds and no GDR",
+       real="NET between hosts over sockets even where an RDMA device and pyverbs would give NET/IB"),
     _k("NCCL_IB_HCA", None, "iflist", "IB devices (and ports) to use: 'mlx5_0:1,mlx5_1', '^' excludes, '=' exact "
        "(misc/utils.cc parseStringList)", model="NICs not selected are left out of the topology; none left: NET "
-       "over sockets, as NCCL", real=_NOT_RUN),
+       "over sockets, as NCCL", real=_IB_REAL + "the ports a rank may use (local rank mod those kept); none "
+       "kept: sockets"),
     _k("NCCL_IB_GID_INDEX", -1, "int", "RoCE GID index (-1 auto from 2.21, 0 before)", model=NO_EFFECT,
-       real=_NOT_RUN, versioned=((3, 0), (21, -1))),
+       real=_IB_REAL + "the RoCE GID its queue pairs route by (-1: a RoCE v2 IPv4 GID, else RoCE v2, else 0)",
+       versioned=((3, 0), (21, -1))),
     _k("NCCL_IB_TC", -1, "int", "IB traffic class (-1: the comm's, else 0, from 2.26; 0 before)", model=NO_EFFECT,
-       real=_NOT_RUN, versioned=((3, 0), (26, -1))),
-    _k("NCCL_IB_SL", -1, "int", "IB service level (-1 from 2.26; 0 before)", model=NO_EFFECT, real=_NOT_RUN,
+       real=_IB_REAL + "the traffic class of a RoCE queue pair's global route (-1: 0)", versioned=((3, 0), (26, -1))),
+    _k("NCCL_IB_SL", -1, "int", "IB service level (-1 from 2.26; 0 before)", model=NO_EFFECT,
+       real=_IB_REAL + "the queue pairs' service level (-1: 0)",
        versioned=((3, 0), (26, -1))),
     _k("NCCL_IB_TIMEOUT", 20, "int", "IB QP local ACK timeout exponent: 4.096 us x 2^N per attempt (14 to 2.13, "
        "18 in 2.14-2.22, 20 from 2.23; net_ib/connect.cc)", model=NO_EFFECT,
        des="when a dead link's transfers fail with IB status 12 (retry exceeded), ending the run as NCCL aborts: "
-       "(RETRY_CNT + 1) x 4.096 us x 2^TIMEOUT after they stall (0: never)", real=_NOT_RUN, versioned=((3, 14), (14, 18), (23, 20))),
+       "(RETRY_CNT + 1) x 4.096 us x 2^TIMEOUT after they stall (0: never)",
+       real=_IB_REAL + "the queue pairs' local ACK timeout", versioned=((3, 14), (14, 18), (23, 20))),
     _k("NCCL_IB_RETRY_CNT", 7, "int", "IB retransmissions before a QP errors out (net_ib/connect.cc)", model=NO_EFFECT,
-       des="with NCCL_IB_TIMEOUT, when a dead link's transfers fail with status 12", real=_NOT_RUN),
+       des="with NCCL_IB_TIMEOUT, when a dead link's transfers fail with status 12",
+       real=_IB_REAL + "the queue pairs' retry count"),
     _k("NCCL_IB_QPS_PER_CONNECTION", 1, "int", "queue pairs per IB connection (net_ib/connect.cc)", "2.10",
        model=NO_EFFECT, des="on RoCE without adaptive routing, a connection's queue pairs hash onto that many spine "
-       "routes (ECMP); on InfiniBand they share one route (one destination LID)", real=_NOT_RUN),
+       "routes (ECMP); on InfiniBand they share one route (one destination LID)",
+       real=_IB_REAL + "RC queue pairs per connection (the two ends must agree)"),
     _k("NCCL_IB_SPLIT_DATA_ON_QPS", 0, "int", "1 splits each message over all QPs; 0 one QP per message, round-robin "
        "(1 in 2.18-2.19, 0 from 2.20; net_ib/common.cc)", "2.18", model=NO_EFFECT,
        des="1: every message split over its connection's queue-pair routes; 0: each message whole on the next "
        "queue pair in turn (counted over the messages in flight)",
-       real=_NOT_RUN, versioned=((18, 1), (20, 0))),
+       real=_IB_REAL + "1: each step split over every queue pair in 128-byte-aligned parts; 0: whole on the next "
+       "in turn", versioned=((18, 1), (20, 0))),
     _k("NCCL_IB_ADAPTIVE_ROUTING", -2, "int", "adaptive routing (-2: on for InfiniBand, off for RoCE; "
        "net_ib/init.cc)", "2.16", model=NO_EFFECT, des="a connection's bytes sprayed evenly over every spine route "
        "between its leaves",
-       real=_NOT_RUN),
+       real=_IB_REAL + "on (-2: on InfiniBand), steps above NCCL_IB_AR_THRESHOLD go as a plain RDMA write and a "
+       "zero-byte write with immediate"),
     _k("NCCL_IB_AR_THRESHOLD", 8192, "int", "sends above this use adaptive routing's write + separate notification",
-       "2.6", model=NO_EFFECT, real=_NOT_RUN),
+       "2.6", model=NO_EFFECT, real=_IB_REAL + "the step size above which adaptive routing splits data and notice"),
     _k("NCCL_IB_PCI_RELAXED_ORDERING", 2, "int", "PCIe relaxed ordering for registered memory", "2.12",
        model=NO_EFFECT, real=_NOT_RUN),
     _k("NCCL_IB_MERGE_NICS", 1, "int", "merge the ports of a multi-port NIC into one device (net_ib/init.cc)", "2.20",

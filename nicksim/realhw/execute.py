@@ -4,8 +4,8 @@
 connection for every peer a rank's programs receive from or send to: shared memory inside a node
 (each rank makes the segments it receives on, waits at `barrier` for every rank to have done so,
 maps the segments it sends on, waits again, and drops the names: nothing remains under /dev/shm),
-sockets to other nodes (net.py). Each is laid out for its protocol: Simple's slots, LL's and
-LL128's flagged lines (shm.py).
+sockets or IB verbs to other nodes (net.py, net_ib.py). Each is laid out for its protocol: Simple's
+slots, LL's and LL128's flagged lines (shm.py).
 
 `run_programs(call, programs, rank, links, sendbuf, recvbuf, timeout_s)` runs the primitives of
 plan.py's programs as the device code does (prims_simple.h, prims_ll.h, prims_ll128.h): a
@@ -32,7 +32,7 @@ from ..calls import Call
 from ..errors import NickSimError, UsageError
 from ..plan import ChannelProgram, Prim
 from .kernels import combine, post_op, pre_op, storage_dtype
-from .net import NetLink, NetPeers, fifo_name
+from .net import NetPeers, ProxiedEnd, fifo_name
 from .shm import ShmRing, segment_name
 
 __all__ = ["ExecuteError", "HostOps", "HOST_OPS", "open_links", "run_programs", "links_of", "link_protocols", "check_runnable",
@@ -98,10 +98,11 @@ def _label(key: tuple) -> str:
 
 
 def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, protocol: str, step_nbytes: dict[str, int],
-               timeout_s: float, barrier, net: NetPeers | None = None, gpu=None) -> dict[tuple, ShmRing | NetLink]:
+               timeout_s: float, barrier, net: NetPeers | None = None, gpu=None) -> dict[tuple, ShmRing | ProxiedEnd]:
     """This rank's connections by ("recv" or "send", channel, src, dst, conn) — a rank sending to
     itself holds both ends — each a ShmRing laid out for its protocol (`link_protocols`; slots of
-    step_nbytes[protocol]) on the same node, or a NetLink to another node through `net`;
+    step_nbytes[protocol]) on the same node, or a link to another node through `net` (sockets,
+    or IB verbs where `net.ib` is set);
     `barrier()` returns once every rank has called it. With `gpu` (cuda_ipc.GpuRuntime), the
     rings on the node are CudaIpcRings in the GPUs' memory."""
     recv_keys, send_keys = links_of(programs, rank)
@@ -114,7 +115,7 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, protoc
     def local(key: tuple) -> bool:
         return net is None or net.nodes[key[1]] == net.nodes[key[2]]
 
-    links: dict[tuple, ShmRing | NetLink] = {}
+    links: dict[tuple, ShmRing | ProxiedEnd] = {}
     try:
         for key in sorted(k for k in recv_keys if local(k)):
             nbytes, proto = layout("recv", key)
@@ -127,16 +128,18 @@ def open_links(programs: tuple[ChannelProgram, ...], rank: int, tag: str, protoc
                 attach = gpu.ring_attach if gpu is not None else ShmRing.attach
                 links[("send", *key)] = attach(segment_name(tag, *key), nbytes, _label(key), timeout_s, proto)
             else:
-                links[("send", *key)] = NetLink.connect(fifo_name(tag, key, "send"), nbytes, proto, _label(key),
-                                                        tuple(net.addresses[key[2]]), tag, key, net.config,
-                                                        timeout_s)
+                links[("send", *key)] = net.connect_link(fifo_name(tag, key, "send"), nbytes, proto, _label(key),
+                                                         tag, key, timeout_s)
         remote = {k for k in recv_keys if not local(k)}
         if remote:
-            accepted = net.listener.accept_links(tag, remote, net.config.nsocks, time.monotonic() + timeout_s)
+            accepted = net.accept_links(tag, remote, timeout_s)
             for key in sorted(accepted):
                 nbytes, proto = layout("recv", key)
-                links[("recv", *key)] = NetLink(fifo_name(tag, key, "recv"), nbytes, proto, _label(key), "recv",
-                                                accepted[key], net.config, timeout_s)
+                links[("recv", *key)] = net.receiving_link(fifo_name(tag, key, "recv"), nbytes, proto, _label(key),
+                                                           accepted[key], timeout_s)
+        for link in links.values():
+            if isinstance(link, ProxiedEnd):
+                link.finish()
         barrier()
     except BaseException:
         # A peer that dies while connections are made must leave no segment behind: this rank's

@@ -32,6 +32,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ from ..params import Params
 from .shm import NCCL_STEPS, ShmRing
 
 __all__ = ["NetError", "SocketConfig", "socket_config", "find_interfaces", "match_interfaces", "NetListener",
-           "NetLink", "NetPeers", "link_hello", "fifo_name"]
+           "ProxiedEnd", "NetLink", "NetPeers", "link_hello", "fifo_name"]
 
 # net_socket.cc (NCCL 2.29.7): MAX_SOCKETS, MAX_THREADS, NCCL_SOCKET_MIN_TASKSIZE's default.
 MAX_SOCKETS = 64
@@ -252,32 +253,119 @@ class _Helpers:
             q.put(None)
 
 
-class NetLink:
-    """One connection's end on one rank: the executor's FIFO (`ring`, its own side of a ShmRing
-    whose other side the proxy thread holds) and the sockets to the peer rank. Offers the calls
-    the executor makes on a ShmRing; the first proxy failure is raised by the next of them."""
+class ProxiedEnd:
+    """One connection's end whose bytes a proxy thread moves: the executor's FIFO (`_ring`, its own
+    side of a ShmRing whose other side, `_proxy_ring`, the proxy holds in the same process).
+    Offers the calls the executor makes on a ShmRing; the first proxy failure (`_error`) is raised
+    by the next of them. Subclasses move the steps (`_poke` wakes their proxy)."""
 
-    def __init__(self, name: str, step_nbytes: int, protocol: str, label: str, side: str,
-                 socks: list[socket.socket], config: SocketConfig, timeout_s: float):
-        # A step crosses the wire as its data and length: the slots hold the data a step of the
+    def __init__(self, name: str, step_nbytes: int, protocol: str, label: str, side: str, timeout_s: float):
+        # A step crosses the network as its data and length: the slots hold the data a step of the
         # protocol carries (LL's and LL128's flagged lines are the shared-memory buffers' layout).
         self.label, self.side, self.protocol = label, side, protocol
         self.data_nbytes = self.step_nbytes = ShmRing.layout(protocol).step_data_nbytes(step_nbytes)
         mine = ShmRing.create(name, self.data_nbytes, label)
-        proxy = ShmRing.attach(name, self.data_nbytes, label, timeout_s)
-        mine.unlink()
+        try:
+            proxy = ShmRing.attach(name, self.data_nbytes, label, timeout_s)
+        finally:
+            mine.unlink()
         if side == "send":
             mine, proxy = proxy, mine  # the executor posts; the proxy takes the steps
         self._ring, self._proxy_ring = mine, proxy
-        self._ctrl, self._data = socks[0], socks[1:]
         self._timeout_s = timeout_s
         self._error: BaseException | None = None
+        self._gone: BaseException | None = None  # the peer ended: an error once the executor needs it
+        self._stopping = False
+
+    def _poke(self) -> None:
+        """Wake the proxy: the executor posted or released a step."""
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _check_recv(self) -> None:
+        """A peer that ended after sending all it had is an error only once nothing is left to take."""
+        self._check()
+        if self._gone is not None and not self._ring.can_recv():
+            raise self._gone
+
+    def _check_send(self) -> None:
+        self._check()
+        if self._gone is not None:
+            raise self._gone
+
+    def can_send(self) -> bool:
+        self._check_send()
+        return self._ring.can_send()
+
+    def can_recv(self) -> bool:
+        self._check_recv()
+        return self._ring.can_recv()
+
+    def free_steps(self) -> int:
+        self._check_send()
+        return self._ring.free_steps()
+
+    def ready_steps(self) -> int:
+        self._check_recv()
+        return self._ring.ready_steps()
+
+    def reserve(self, nbytes: int, steps: int = 1) -> np.ndarray:
+        return self._ring.reserve(nbytes, steps)
+
+    def post(self, nbytes: int, steps: int = 1) -> None:
+        self._ring.post(nbytes, steps)
+        self._poke()
+
+    def send(self, data: np.ndarray, timeout_s: float, steps: int = 1) -> None:
+        self._check_send()
+        self._ring.send(data, timeout_s, steps)
+        self._poke()
+
+    def recv(self, timeout_s: float, steps: int = 1, nbytes: int | None = None) -> np.ndarray:
+        self._check_recv()
+        return self._ring.recv(timeout_s, steps)
+
+    def _drain(self) -> None:
+        """Before closing a sending end: wait (up to the timeout) until the proxy has moved every
+        step the executor posted, so an end that finished first never cuts its last steps off."""
+        if self.side != "send":
+            return
+        deadline = time.monotonic() + self._timeout_s
+        while self._error is None and self._gone is None and self._ring.credits() < NCCL_STEPS \
+                and time.monotonic() < deadline:
+            self._poke()
+            time.sleep(1e-4)
+
+    def release(self, steps: int = 1) -> None:
+        self._ring.release(steps)
+        self._poke()
+
+    def unlink(self) -> None:
+        pass  # the FIFO's name went when it was made
+
+    def finish(self) -> None:
+        """Complete the connection once this rank has made and accepted all of its own (a
+        transport whose set-up needs the peer's answer waits for it here)."""
+
+    def _close_rings(self) -> None:
+        self._ring.close()
+        self._proxy_ring.close()
+
+
+class NetLink(ProxiedEnd):
+    """One connection's end over TCP sockets to the peer rank (see the module docstring)."""
+
+    def __init__(self, name: str, step_nbytes: int, protocol: str, label: str, side: str,
+                 socks: list[socket.socket], config: SocketConfig, timeout_s: float):
+        super().__init__(name, step_nbytes, protocol, label, side, timeout_s)
+        self._ctrl, self._data = socks[0], socks[1:]
         # The proxy sleeps in select() on this pair and the control socket; the executor and the
         # helper threads write a byte to wake it.
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._stopping = False
         for s in socks:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.settimeout(None)
@@ -389,51 +477,6 @@ class NetLink:
             inflight.append(_Transfer(nbytes, 0))
         return True
 
-    # --- what the executor calls ---------------------------------------------------------------
-
-    def _check(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def can_send(self) -> bool:
-        self._check()
-        return self._ring.can_send()
-
-    def can_recv(self) -> bool:
-        self._check()
-        return self._ring.can_recv()
-
-    def free_steps(self) -> int:
-        self._check()
-        return self._ring.free_steps()
-
-    def ready_steps(self) -> int:
-        self._check()
-        return self._ring.ready_steps()
-
-    def reserve(self, nbytes: int, steps: int = 1) -> np.ndarray:
-        return self._ring.reserve(nbytes, steps)
-
-    def post(self, nbytes: int, steps: int = 1) -> None:
-        self._ring.post(nbytes, steps)
-        self._poke()
-
-    def send(self, data: np.ndarray, timeout_s: float, steps: int = 1) -> None:
-        self._check()
-        self._ring.send(data, timeout_s, steps)
-        self._poke()
-
-    def recv(self, timeout_s: float, steps: int = 1, nbytes: int | None = None) -> np.ndarray:
-        self._check()
-        return self._ring.recv(timeout_s, steps)
-
-    def release(self, steps: int = 1) -> None:
-        self._ring.release(steps)
-        self._poke()
-
-    def unlink(self) -> None:
-        pass  # the FIFO's name went when it was made
-
     def close(self) -> None:
         """Stop the proxy and its helpers, close the sockets and the FIFO."""
         self._stopping = True
@@ -447,8 +490,7 @@ class NetLink:
         self._thread.join(timeout=5)
         if self._helpers:
             self._helpers.stop()
-        self._ring.close()
-        self._proxy_ring.close()
+        self._close_rings()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -517,9 +559,31 @@ def fifo_name(tag: str, key: tuple, side: str) -> str:
 @dataclass(frozen=True)
 class NetPeers:
     """What a rank needs to reach ranks on other hosts: each rank's node and listening address,
-    its own listener, and the sockets per connection."""
+    its own listener, the sockets per connection, and — where NET goes over IB verbs — the
+    rank's verbs transport (net_ib.IbNet), which makes the links instead of sockets."""
 
     nodes: tuple[int, ...]
     addresses: tuple[tuple[str, int], ...]
     listener: NetListener
     config: SocketConfig
+    ib: Any = None
+
+    def connect_link(self, name: str, nbytes: int, protocol: str, label: str, tag: str, key: tuple,
+                     timeout_s: float):
+        """The sending end of connection `key` to rank key[2] on another host."""
+        address = tuple(self.addresses[key[2]])
+        if self.ib is not None:
+            return self.ib.connect(name, nbytes, protocol, label, address, tag, key, timeout_s)
+        return NetLink.connect(name, nbytes, protocol, label, address, tag, key, self.config, timeout_s)
+
+    def accept_links(self, tag: str, keys: set, timeout_s: float) -> dict[tuple, list[socket.socket]]:
+        """The sockets of every connection in `keys` that ranks on other hosts send on."""
+        nsocks = 0 if self.ib is not None else self.config.nsocks
+        return self.listener.accept_links(tag, keys, nsocks, time.monotonic() + timeout_s)
+
+    def receiving_link(self, name: str, nbytes: int, protocol: str, label: str, socks: list[socket.socket],
+                       timeout_s: float):
+        """The receiving end of a connection whose sockets `accept_links` took."""
+        if self.ib is not None:
+            return self.ib.accept(name, nbytes, protocol, label, socks[0], timeout_s)
+        return NetLink(name, nbytes, protocol, label, "recv", socks, self.config, timeout_s)

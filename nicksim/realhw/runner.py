@@ -43,6 +43,8 @@ from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_flo
 from .cuda_kernels import GpuUnavailable, gpu_unavailable
 from .launch import RankEnv
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
+from .net_ib import IbNet, ib_net
+from .verbs import VerbsError, VerbsUnavailable, verbs_unavailable
 from .shm import NCCL_STEPS, ShmTimeoutError
 
 __all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "plan_rank", "check_job_runnable", "run_device", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
@@ -357,17 +359,50 @@ def node_layout(hosts: list[str]) -> tuple[int, ...]:
 
 
 def _net_peers(boot: Bootstrap, nodes: tuple[int, ...], params: Params, root: tuple[str, int],
-               timeout_s: float) -> tuple[NetPeers | None, str]:
-    """This rank's listener and every rank's address, when the job spans hosts; and which
+               timeout_s: float, local_rank: int = 0) -> tuple[NetPeers | None, str]:
+    """This rank's listener and every rank's address, when the job spans hosts, with the rank's
+    IB verbs transport where every rank has one (NET/IB, as NCCL prefers it to sockets); and which
     interface carries the sockets (for the header)."""
     if len(set(nodes)) == 1:
         _exchange(boot, None)
         return None, ""
     ifaces = find_interfaces(params.get("NCCL_SOCKET_IFNAME"), root[0])
     ifname, addr = ifaces[0]
-    listener = NetListener(addr, timeout_s)
-    addresses = _exchange(boot, list(listener.address))
-    return NetPeers(nodes, tuple(tuple(a) for a in addresses), listener, socket_config(params, ifname)), ifname
+    ib = _ib_transport(params, local_rank)
+    try:
+        listener = NetListener(addr, timeout_s)
+        reports = _exchange(boot, [list(listener.address), ib.name if ib is not None else None])
+        _same_network(reports)
+    except BaseException:
+        if ib is not None:
+            ib.close()
+        raise
+    addresses = tuple(tuple(a) for a, _ in reports)
+    return NetPeers(nodes, addresses, listener, socket_config(params, ifname), ib), ifname
+
+
+def _ib_transport(params: Params, local_rank: int) -> IbNet | None:
+    """The rank's IB verbs transport, where NCCL_IB_DISABLE leaves it on and this host can open
+    one (else NET over sockets, as NCCL falls back after "NET/IB : No device found.")."""
+    if verbs_unavailable(params.get("NCCL_IB_HCA"), int(params.get("NCCL_IB_DISABLE"))):
+        return None
+    try:
+        return ib_net(params, local_rank)
+    except (VerbsUnavailable, VerbsError):
+        return None
+
+
+def _same_network(reports: list) -> None:
+    """Every rank's NET must be the same kind: a rank on sockets cannot reach one on verbs."""
+    on_ib = [r for r, (_, ib) in enumerate(reports) if ib is not None]
+    if on_ib and len(on_ib) != len(reports):
+        others = [r for r in range(len(reports)) if r not in on_ib]
+        raise UsageError(f"ranks {_ranks_text(on_ib)} have NET/IB and ranks {_ranks_text(others)} only NET/Socket",
+                         "NET", "RDMA devices and pyverbs on every host, or NCCL_IB_DISABLE=1 on every rank")
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ",".join(str(r) for r in ranks)
 
 
 def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: Params,
@@ -383,9 +418,10 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
         job = _job_for(options, env.size, nnodes, params)
         gpu = _gpu_for(params, env, nnodes)
         logger = _rank_logger(job, boot.rank, env, params)
+        net, ifname = _net_peers(boot, nodes, params, root, timeout_s, env.local_rank)
         if logger.active:
-            logger.init(find_interfaces(params.get("NCCL_SOCKET_IFNAME"), root[0]))
-        net, ifname = _net_peers(boot, nodes, params, root, timeout_s)
+            logger.init(find_interfaces(params.get("NCCL_SOCKET_IFNAME"), root[0]),
+                        net.ib.name if net is not None and net.ib is not None else None)
         try:
             # Segment names must match on every rank: rank 0's process and port name the job.
             job_tag = _exchange(boot, f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
@@ -407,6 +443,8 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
         finally:
             if net is not None:
                 net.listener.close()
+                if net.ib is not None:
+                    net.ib.close()
         logger.destroy()
         logger.sink.close()
         return rows if env.rank == 0 else []
@@ -466,6 +504,10 @@ def _layout_text(nranks: int, nnodes: int, ifname: str, net: NetPeers | None, gp
         return f"{nranks} ranks on this host's GPUs (CUDA IPC, CuPy kernels)"
     if net is None:
         return f"{nranks} ranks on this host (shared memory)"
+    if net.ib is not None:
+        qps = net.ib.settings.qps
+        return (f"{nranks} ranks on {nnodes} hosts, {nranks // nnodes} per host (shared memory inside a host, IB "
+                f"verbs between hosts on {net.ib.name}: {qps} queue pair(s) per connection)")
     socks = f"{net.config.nthreads} x {net.config.nsocks_per_thread}" if net.config.nsocks else "1"
     return (f"{nranks} ranks on {nnodes} hosts, {nranks // nnodes} per host (shared memory inside a host, sockets "
             f"between hosts over {ifname}: {socks} socket(s) per connection)")

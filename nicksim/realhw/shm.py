@@ -168,6 +168,10 @@ class ShmRing:
         """Slots free for the sender now, wherever they sit."""
         return NCCL_STEPS - (self._step - int(self._head[0]))
 
+    def slot_memory(self) -> np.ndarray:
+        """Every slot's bytes, one array over the segment (what a NIC registers to move steps in)."""
+        return self._data
+
     def slot_ahead(self, ahead: int, nbytes: int) -> np.ndarray:
         """The sender's slot `ahead` steps past the next one, `nbytes` of it, to fill before
         it is posted (steps are posted in order; the caller keeps within `credits`)."""
