@@ -31,11 +31,7 @@ def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = 
     """Every rank in its own thread; `idle_rank` sets up its connections and then runs nothing;
     with `gpu` (a cuda_ipc.GpuRuntime), its rings and kernels."""
     call = plan.call
-    trees = job.tree_links() if plan.algorithm == "Tree" else {}
-    programs = programs or {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
-    sends = [rank_input(call, r) for r in range(call.nranks)]
-    out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
-    recvs = [np.zeros(out_n, storage_dtype(call.dtype)) for _ in range(call.nranks)]
+    programs, sends, recvs = rank_setup(job, plan, programs)
     barrier = threading.Barrier(call.nranks)
     errors = {}
 
@@ -56,6 +52,16 @@ def run_all(job, plan, tag: str, timeout_s: float = 20, idle_rank: int | None = 
 
     in_threads(rank_main, call.nranks)
     return sends, recvs, errors
+
+
+def rank_setup(job, plan, programs=None):
+    """Every rank's programs (the plan's, unless given), send buffer and zeroed receive buffer."""
+    call = plan.call
+    trees = job.tree_links() if plan.algorithm == "Tree" else {}
+    programs = programs or {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
+    sends = [rank_input(call, r) for r in range(call.nranks)]
+    out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
+    return programs, sends, [np.zeros(out_n, storage_dtype(call.dtype)) for _ in range(call.nranks)]
 
 
 def in_threads(rank_main, nranks: int, timeout_s: float = 120) -> None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import threading
 
-import numpy as np
 import pytest
 
 from fake_pyverbs import Device, Fabric
-from test_execute import in_threads
+from test_execute import in_threads, rank_setup
 from nicksim.calls import Call
 from nicksim.choose import forced_choice
 from nicksim.errors import UsageError
@@ -23,11 +22,10 @@ from nicksim.plan import plan_call, rank_programs
 from nicksim.plan_p2p import p2p_setup
 from nicksim.realhw import runner, verbs
 from nicksim.realhw.execute import run_programs, open_links
-from nicksim.realhw.kernels import storage_dtype
 from nicksim.realhw.launch import RankEnv
 from nicksim.realhw.net import NetListener, NetPeers, SocketConfig
 from nicksim.realhw.net_ib import FIFO_SLOTS, IbNet, IbSettings, ib_net
-from nicksim.realhw.runner import RunOptions, count_wrong, expected_output, rank_input, slot_nbytes
+from nicksim.realhw.runner import RunOptions, count_wrong, expected_output, slot_nbytes
 from nicksim.realhw.verbs import (IbContext, IbPort, PeerInfo, VerbsUnavailable, ib_ports, load_pyverbs, resolve_api,
                                   rts_attr, verbs_unavailable)
 
@@ -74,20 +72,17 @@ def run_over_ib(job, plan, tag: str, fabric: Fabric, sysfs: str, settings=IbSett
     call = plan.call
     per_host = len(job.paths.node_system.gpus())
     nodes = tuple(r // per_host for r in range(call.nranks))
-    trees = job.tree_links() if plan.algorithm == "Tree" else {}
-    programs = programs or {r: rank_programs(plan, job.channels.rings, trees, r) for r in range(call.nranks)}
+    programs, sends, recvs = rank_setup(job, plan, programs)
     api = resolve_api(fabric.package(release))
     listeners = [NetListener("127.0.0.1", timeout_s) for _ in range(call.nranks)]
     addresses = tuple(tuple(l.address) for l in listeners)
-    sends = [rank_input(call, r) for r in range(call.nranks)]
-    out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
-    recvs = [np.zeros(out_n, storage_dtype(call.dtype)) for _ in range(call.nranks)]
     barrier = threading.Barrier(call.nranks)
     errors = {}
 
     def rank_main(r):
-        ib = IbNet(IbContext(api, IbPort(f"mlx5_{nodes[r]}", 1, "Ethernet" if fabric.devices[f"mlx5_{nodes[r]}"].ethernet
-                                         else "InfiniBand"), settings.gid_index, sysfs), settings)
+        device = fabric.devices[f"mlx5_{nodes[r]}"]
+        port = IbPort(device.name, 1, "Ethernet" if device.ethernet else "InfiniBand")
+        ib = IbNet(IbContext(api, port, settings.gid_index, sysfs), settings)
         net = NetPeers(nodes, addresses, listeners[r], SocketConfig(0, 0), ib)
         try:
             links = open_links(programs[r], r, tag, plan.protocol, slot_nbytes(job, plan), timeout_s, barrier.wait,

@@ -369,11 +369,14 @@ def _net_peers(boot: Bootstrap, nodes: tuple[int, ...], params: Params, root: tu
     ifaces = find_interfaces(params.get("NCCL_SOCKET_IFNAME"), root[0])
     ifname, addr = ifaces[0]
     ib = _ib_transport(params, local_rank)
+    listener = None
     try:
         listener = NetListener(addr, timeout_s)
         reports = _exchange(boot, [list(listener.address), ib.name if ib is not None else None])
         _same_network(reports)
     except BaseException:
+        if listener is not None:
+            listener.close()
         if ib is not None:
             ib.close()
         raise
