@@ -24,7 +24,7 @@ from nicksim.realhw import runner, verbs
 from nicksim.realhw.execute import run_programs, open_links
 from nicksim.realhw.launch import RankEnv
 from nicksim.realhw.net import NetListener, NetPeers, SocketConfig
-from nicksim.realhw.net_ib import FIFO_SLOTS, IbNet, IbSettings, ib_net
+from nicksim.realhw.net_ib import IbNet, IbSettings, ib_net
 from nicksim.realhw.runner import RunOptions, count_wrong, expected_output, slot_nbytes
 from nicksim.realhw.verbs import (IbContext, IbPort, PeerInfo, VerbsUnavailable, ib_ports, load_pyverbs, resolve_api,
                                   rts_attr, verbs_unavailable)
@@ -364,6 +364,10 @@ def test_ib_net_needs_an_active_port(tmp_path):
         ib_net(read_params({}), 0, sysfs=str(tmp_path))
 
 
-def test_fifo_has_room_for_every_step_on_the_wire():
-    from nicksim.realhw.shm import NCCL_STEPS
-    assert FIFO_SLOTS >= NCCL_STEPS
+def test_the_ib_knobs_take_the_jobs_release_defaults():
+    # net_ib/connect.cc: NCCL_IB_TIMEOUT 18 in 2.14-2.22, 20 from 2.23; common.cc: NCCL_IB_SPLIT_DATA_ON_QPS 1 in
+    # 2.18-2.19, 0 from 2.20
+    old = load_job(JobSpec(system="pcie-8x-rtx4090", nodes=2, gpus_per_node=1, nccl_version="2.19"), read_params({}))
+    assert (IbSettings.from_params(old.params).timeout, IbSettings.from_params(old.params).split) == (18, True)
+    new = host_job(2, 1)
+    assert (IbSettings.from_params(new.params).timeout, IbSettings.from_params(new.params).split) == (20, False)

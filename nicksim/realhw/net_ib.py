@@ -57,8 +57,8 @@ WRITE_ALIGN_NBYTES = 128
 CTS_ENTRY = np.dtype([("addr", "<u8"), ("size", "<u8"), ("rkeys", "<u4", (8,)), ("nreqs", "<u4"), ("tag", "<u4"),
                       ("idx", "<u8")])
 MAX_QPS = 16
-# magic, queue pairs, (reserved), their numbers, LID, RoCE, MTU, immediate data, GID, CTS FIFO address and rkey
-_META = struct.Struct(f"<4sII{MAX_QPS}IHBBB16sQII")
+# magic, queue pairs, their numbers, LID, RoCE, MTU, GID, the CTS FIFO's address and rkey
+_META = struct.Struct(f"<4sI{MAX_QPS}IHBB16sQI")
 _MAGIC = b"NIB1"
 _CTS_WR = 1 << 63  # wr_id bit of the receiver's CTS writes, so their completions are told from the data's
 _SPIN_S = (0.0, 2e-5, 2e-4, 1e-3)
@@ -175,10 +175,8 @@ class IbLink(ProxiedEnd):
             self._use_imm = ctx.api.imm_data
             s = ib.settings
             self._adaptive = s.adaptive == 1 or (s.adaptive == -2 and not ctx.ethernet)
-            self._connect(timeout_s)
-        except VerbsError as err:
-            self._teardown()
-            raise NetError(f"{label}: {err.what}", "net") from None
+            with self._setup_errors(timeout_s):
+                self._connect(timeout_s)
         except BaseException:
             self._teardown()
             raise
@@ -188,8 +186,8 @@ class IbLink(ProxiedEnd):
     def _metadata(self) -> bytes:
         ctx = self._ctx
         qpns = [qp.qpn for qp in self._qps] + [0] * (MAX_QPS - len(self._qps))
-        return _META.pack(_MAGIC, len(self._qps), 0, *qpns, ctx.lid, int(ctx.ethernet), ctx.mtu,
-                          int(ctx.api.imm_data), ctx.gid, self._fifo_mr.addr, self._fifo_mr.rkey, 0)
+        return _META.pack(_MAGIC, len(self._qps), *qpns, ctx.lid, int(ctx.ethernet), ctx.mtu, ctx.gid,
+                          self._fifo_mr.addr, self._fifo_mr.rkey)
 
     def _connect(self, timeout_s: float) -> None:
         """The first half of the set-up, which never waits on the peer's own progress: the sender
@@ -197,14 +195,13 @@ class IbLink(ProxiedEnd):
         with its own, brings its queue pairs to RTS and says it is ready (ncclIbConnect /
         ncclIbAccept). `finish` is the rest."""
         self._sock.settimeout(timeout_s)
-        with self._setup_errors(timeout_s):
-            if self.side == "send":
-                self._sock.sendall(self._metadata())
-            else:
-                self._take_peer(_recv_exact(self._sock, _META.size))
-                self._sock.sendall(self._metadata())
-                self._rts()
-                self._sock.sendall(b"R")
+        if self.side == "send":
+            self._sock.sendall(self._metadata())
+        else:
+            self._take_peer(_recv_exact(self._sock, _META.size))
+            self._sock.sendall(self._metadata())
+            self._rts()
+            self._sock.sendall(b"R")
 
     def finish(self) -> None:
         """The rest of the set-up, once this rank has made and accepted all its connections: the
@@ -222,8 +219,8 @@ class IbLink(ProxiedEnd):
         self._thread.start()
 
     def _take_peer(self, theirs: bytes) -> None:
-        magic, nqps, _, *rest = _META.unpack(theirs)
-        qpns, (lid, ethernet, mtu, _, gid, fifo_addr, fifo_rkey, _) = rest[:MAX_QPS], rest[MAX_QPS:]
+        magic, nqps, *rest = _META.unpack(theirs)
+        qpns, (lid, ethernet, mtu, gid, fifo_addr, fifo_rkey) = rest[:MAX_QPS], rest[MAX_QPS:]
         if magic != _MAGIC:
             raise NetError(f"{self.label}: the peer's IB connection data is not nicksim's", "net")
         if nqps != len(self._qps):
@@ -241,6 +238,7 @@ class IbLink(ProxiedEnd):
 
     @contextlib.contextmanager
     def _setup_errors(self, timeout_s: float):
+        """A set-up failure as one NetError naming the connection (verbs, a silent or closed peer)."""
         try:
             yield
         except socket.timeout:

@@ -421,7 +421,8 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
         job = _job_for(options, env.size, nnodes, params)
         gpu = _gpu_for(params, env, nnodes)
         logger = _rank_logger(job, boot.rank, env, params)
-        net, ifname = _net_peers(boot, nodes, params, root, timeout_s, env.local_rank)
+        # the job's own settings: the IB knobs' defaults are its release's (NCCL_IB_TIMEOUT 18 in 2.14-2.22)
+        net, ifname = _net_peers(boot, nodes, job.params, root, timeout_s, env.local_rank)
         if logger.active:
             logger.init(find_interfaces(params.get("NCCL_SOCKET_IFNAME"), root[0]),
                         net.ib.name if net is not None and net.ib is not None else None)
