@@ -30,7 +30,7 @@ from nicksim.calls import call_for_size
 from nicksim.job import JobSpec, load_job
 from nicksim.model.engine import des_setup, simulate
 from nicksim.params import read_params
-from nicksim.perf import perf_rows, sweep_sizes
+from nicksim.studies.perf import perf_rows, sweep_sizes
 
 
 def job_of(nodes: int = 1, env: dict | None = None):
@@ -55,7 +55,7 @@ def sweeps(repeat: int) -> None:
         job = job_of(nodes)
         sizes = sweep_sizes(8, 8 << 30)
         t_model, model_rows = best(lambda: perf_rows(job, "all_reduce", sizes), repeat)
-        t_des, des_rows = best(lambda: perf_rows(job, "all_reduce", sizes, engine="des", setup=des_setup(job)), repeat)
+        t_des, des_rows = best(lambda: perf_rows(job, "all_reduce", sizes, engine="des"), repeat)
         m, d = model_rows[-1][0].out_of_place.busbw_gbps, des_rows[-1][0].out_of_place.busbw_gbps
         print(f"  {job.nranks:>5} {t_model:>9.3f} {t_des:>9.3f} {t_des / t_model:>10.1f}  {d:.1f} vs {m:.1f} GB/s")
 

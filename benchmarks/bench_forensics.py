@@ -16,8 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from nicksim.forensics import diagnose, read_evidence
-from nicksim.perf import parse_size
+from nicksim.forensics.diagnose import diagnose
+from nicksim.forensics.read import read_evidence
+from nicksim.studies.perf import parse_size
 
 LINES = (
     "node-{n:03d}:{pid}:{pid} [{d}] NCCL INFO Channel {c:02d}/0 : {r}[{d}] -> {s}[{e}] via P2P/CUMEM/read\n",

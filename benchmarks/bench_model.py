@@ -15,7 +15,7 @@ import time
 
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.perf import perf_rows, sweep_sizes
+from nicksim.studies.perf import perf_rows, sweep_sizes
 
 
 def timed(fn):

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from netns import Hosts  # noqa: E402
-from nicksim.perf import parse_size  # noqa: E402
+from nicksim.studies.perf import parse_size  # noqa: E402
 from nicksim.realhw.runner import free_port  # noqa: E402
 
 

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from nicksim.perf import parse_size
+from nicksim.studies.perf import parse_size
 from nicksim.realhw.runner import free_port
 
 GLOO_RANK = r"""

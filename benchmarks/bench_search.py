@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from nicksim.catalog import CATALOG, load_node
+from nicksim.topology.catalog import CATALOG, load_node
 from nicksim.constants import DEFAULT_VERSION, topo_rules
-from nicksim.fill import FillOptions
+from nicksim.topology.fill import FillOptions
 from nicksim.params import read_params
-from nicksim.paths import compute_paths
-from nicksim.search import search_graphs
-from nicksim.topo import build_system
+from nicksim.graph.paths import compute_paths
+from nicksim.graph.search import search_graphs
+from nicksim.topology.system import build_system
 
 
 def topo_and_paths(name: str, nodes: int):

@@ -16,14 +16,14 @@ import time
 
 import networkx as nx
 
-from nicksim.catalog import load_node
-from nicksim.cluster import ClusterSpec, build_cluster
+from nicksim.topology.catalog import load_node
+from nicksim.graph.cluster import ClusterSpec, build_cluster
 from nicksim.constants import DEFAULT_VERSION, topo_rules
-from nicksim.fill import FillOptions
-from nicksim.hardware import fabric
+from nicksim.topology.fill import FillOptions
+from nicksim.topology.hardware import fabric
 from nicksim.params import read_params
-from nicksim.paths import compute_paths
-from nicksim.topo import build_system
+from nicksim.graph.paths import compute_paths
+from nicksim.topology.system import build_system
 
 
 def nicksim_once(nodes: int) -> tuple[float, int, int]:

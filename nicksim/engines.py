@@ -1,37 +1,45 @@
-"""Engines turn calls into measured-looking results: `model` is NCCL's own time model, `des` the
-discrete-event simulation of the fabric (model/engine.py).
+"""Engines answer calls: NCCL's own time model, the discrete-event simulation and the real backend,
+peers behind one interface and one registry.
 
-`model_result(job, call)` answers one call the way ncclGroupSimulateEnd would: NCCL's algorithm,
-protocol, channel and thread choice and its estimated time. Collectives are priced by NCCL's
-formula (choose.py); NCCL has no time model for point-to-point calls, so alltoall and sendrecv
-are priced by nicksim's own estimate (`p2p_time_us`), which the Result says in `estimate`.
+Every engine promises `run(job, call) -> CallResult` and `run_many(job, calls, on_result)`: the
+calls' results in order, ending after a call that hangs (its result carries the HangReport).
+`engine_named(name, **options)` makes one from ENGINES ("model" is accepted for "nccl"):
+
+* "nccl" — NCCL's time model, what ncclGroupSimulateEnd would say (tuning/): the algorithm,
+  protocol, channels and threads NCCL picks and its estimated time. NCCL prices no point-to-point
+  call; sendrecv and alltoall get nicksim's own estimate (tuning/p2p.py), which the result says.
+* "des" — the call's plan run through the discrete-event model of the fabric (model/); options:
+  DES parameter overrides, faults, stragglers, the watchdog limit, whether to trace.
+* "real" — the call's plan run for real, a process per rank on this host moving and checking
+  real data (realhw/); options: nccl-tests' iterations, warm-up and check.
+
+SimPy and the real backend load only when their engine runs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
 
 from .calls import Call
-from .choose import choose
-from .constants.tuning_tables import tuning_tables
-from .connect import p2p_channels, p2p_chunk_nbytes, p2p_net_channel_bw_gbps
+from .errors import UsageError
 from .job import Job
-from .paths import local_nets
-from .plan_p2p import p2p_ll_threshold_nbytes, p2p_transfers
+from .plan.p2p import p2p_summary
+from .tuning.choose import choose
+from .tuning.p2p import p2p_time_us
 
-__all__ = ["EngineResult", "model_result", "des_result", "engine_result", "p2p_time_us", "ENGINES"]
-
-ENGINES: tuple[str, ...] = ("model", "des")
-
-# NCCL_P2P_LL_THRESHOLD default (enqueue.cc): point-to-point transfers up to 16 KiB use LL.
-P2P_LL_THRESHOLD_NBYTES = 16384
+__all__ = ["CallResult", "Engine", "NcclModel", "Des", "Real", "ENGINES", "ENGINE_ALIASES", "engine_named",
+           "canonical_engine", "engine_result", "model_result"]
 
 
 @dataclass(frozen=True)
-class EngineResult:
-    """One call's answer: time in microseconds (out-of-place and in-place are the same call to the
-    model), and the plan summary nccl-tests' JSON carries (`algorithm protocol nchannels nthreads`).
-    `estimate` names where the time comes from: "nccl" (NCCL's formula), "nicksim-p2p" or "des";
-    `detail` is the engine's own record of the call (the DES run: link use, hang), if any."""
+class CallResult:
+    """One call's answer: its time in microseconds and the plan summary nccl-tests' JSON carries
+    (`algorithm protocol nchannels nthreads`). `estimate` names where the time comes from: "nccl"
+    (NCCL's formula), "nicksim-p2p" (nicksim's estimate where NCCL has none), "des" or "real".
+    `in_place_time_us` is the in-place call's time where the engine timed it apart (the real
+    backend; None: the same as out of place), `nwrong` the wrong elements out of place and in place
+    where the engine checked the data. `detail` is the engine's own record of the call: the DES run
+    (links, trace, HangReport) or the real run's trace spans."""
 
     call: Call
     time_us: float
@@ -41,130 +49,180 @@ class EngineResult:
     n_threads: int
     estimate: str = "nccl"
     detail: object = None
+    in_place_time_us: float | None = None
+    nwrong: tuple[int | None, int | None] = (None, None)
+
+    @property
+    def hang(self):
+        """The HangReport where the call never finished (the DES), else None."""
+        return getattr(self.detail, "hang", None)
 
     def plan_dict(self) -> dict:
         return {"algorithm": self.algorithm, "protocol": self.protocol, "nchannels": self.n_channels,
                 "nthreads": self.n_threads}
 
-
-def _net_bw_per_gpu_gbps(job: Job) -> float:
-    """The node's NIC bandwidth shared by its GPUs (GB/s per GPU)."""
-    system = job.paths.node_system
-    nets = [system.nodes[n].net for n in system.of_kind("NET")]
-    total = sum(net.bw_gbps for net in nets if net is not None)
-    return total / max(1, len(system.gpus()))
-
-
-def _net_channels_bw_gbps(job: Job, n_peers: int) -> float:
-    """What the point-to-point channels a rank drives at once towards `n_peers` network peers move:
-    each peer gets its p2p channels per peer, never more than the p2p channels in all, and each
-    channel moves what NCCL expects of it across the network (connect.p2p_net_channel_bw_gbps)."""
-    p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
-    return min(n_peers * p2p.per_peer, p2p.n_channels) * p2p_net_channel_bw_gbps(job.paths, job.nodes, job.params)
+    def record(self) -> dict:
+        """The result as one plain record (for tables and DataFrames)."""
+        return {"collective": self.call.collective, "nbytes": self.call.nbytes, "count": self.call.count,
+                "dtype": self.call.dtype, "nranks": self.call.nranks, "time_us": self.time_us,
+                "in_place_time_us": self.in_place_time_us, **self.plan_dict(), "estimate": self.estimate,
+                "hang": self.hang is not None}
 
 
-def p2p_time_us(job: Job, call: Call) -> float:
-    """nicksim's estimate for alltoall and sendrecv (NCCL prices no point-to-point call).
+class Engine:
+    """What every engine promises: `run_many(job, calls, on_result)` answers the calls in order
+    (calling `on_result` with each as it is ready) and stops after one that hangs; `run(job,
+    call)` answers one. An engine makes what it needs of a job once per run (`prepare`, where a
+    set-up that cannot work fails before any call runs; run_many takes it ready made) and answers
+    each call from it (`answer`). `describe(job)` says in one phrase what answers and on
+    what, `notes(job)` what the engine could not use here."""
 
-    One step at NCCL's own latencies (Ring base + hardware latency of the path, LL up to the
-    16 KiB P2P LL threshold, else Simple), then the rank's bytes over its bottleneck: peers in
-    the node over the GPU-GPU path bandwidth, peers on other nodes over the GPU's share of the
-    node's NICs or what its point-to-point channels move across the network, if less; the two
-    kinds of traffic run concurrently, and no link of the node carries more than its bandwidth
-    allows with every rank's traffic on it (a socket link, a PCIe-only GPU's own link shared by
-    its node and network peers).
-    """
-    n, per_node = call.nranks, len(job.paths.node_system.gpus())
-    peer_nbytes = call.count * call.elem_nbytes
-    if call.collective == "sendrecv":
-        # Every rank sends to the next; the slowest pair sets the time: the one that leaves the
-        # node when there are several, else rank 0 -> 1.
-        peers = ([per_node] if n > per_node else [1]) if n > 1 else []
-    else:
-        peers = [r for r in range(n) if r != 0]
-    if not peers:
-        return 0.0
-    protocol = "LL" if peer_nbytes <= P2P_LL_THRESHOLD_NBYTES else "Simple"
-    tables = tuning_tables(job.paths.system.rules.version)
-    intra = [p for p in peers if p // per_node == 0]
-    inter = [p for p in peers if p // per_node != 0]
-    hw = "NET" if inter else ("NVLINK" if intra and job.paths.gpu_path(0, intra[0]).type == "NVL" else "PCI")
-    lat = tables.base_lat("Ring", protocol) + tables.hw_lat(hw, "Ring", protocol)
-    efficiency = 0.5 if protocol == "LL" else 1.0  # LL carries 8 data bytes per 16
-    intra_us = sum(peer_nbytes / (1e3 * job.paths.gpu_path(0, p).bw_gbps * efficiency) for p in intra)
-    net_bw = min(_net_bw_per_gpu_gbps(job), _net_channels_bw_gbps(job, len(inter))) * efficiency
-    inter_us = len(inter) * peer_nbytes / (1e3 * net_bw) if inter and net_bw > 0 else 0.0
-    return lat + max(intra_us, inter_us, _busiest_link_us(job, call, peer_nbytes, efficiency))
+    name = ""
+    doc = ""
+    ranks_log = False  # whether the engine's own rank processes write the NCCL_DEBUG lines
 
+    def prepare(self, job: Job, calls: Sequence[Call] = ()):
+        return None
 
-def _busiest_link_us(job: Job, call: Call, peer_nbytes: float, efficiency: float) -> float:
-    """The time the busiest link of node 0 needs for what every rank of the node moves at once:
-    each pair inside the node along NCCL's GPU-GPU path, each rank's bytes for other nodes along
-    its path to its nearest NIC (links that pairs share — a socket link, a PCIe-only GPU's own
-    link — carry all of them)."""
-    paths = job.paths
-    system = paths.system
-    per_node, n = len(paths.node_system.gpus()), call.nranks
-    if call.collective == "sendrecv":
-        pairs = [(r, (r + 1) % n) for r in range(per_node) if (r + 1) % n < per_node and n > 1]
-        egress = [(per_node - 1, peer_nbytes)] if n > per_node else []
-    else:
-        pairs = [(a, b) for a in range(per_node) for b in range(per_node) if a != b]
-        egress = [(r, (n - per_node) * peer_nbytes) for r in range(per_node)] if n > per_node else []
-    load: dict[tuple[int, int], float] = {}
-    for a, b in pairs:
-        for hop in paths.gpu_path(a, b).links:
-            load[hop] = load.get(hop, 0.0) + peer_nbytes
-    for r, nbytes in egress:
-        nets = local_nets(paths, r)
-        if nets:
-            for hop in paths.path(system.gpu_by_rank(r), nets[0]).links:
-                load[hop] = load.get(hop, 0.0) + nbytes
-    return max((nbytes / (1e3 * system.nodes[node].links[pos].bw_gbps * efficiency)
-                for (node, pos), nbytes in load.items()), default=0.0)
+    def answer(self, job: Job, call: Call, prepared) -> CallResult:
+        raise NotImplementedError
+
+    def run_many(self, job: Job, calls: Sequence[Call], on_result: Callable[[CallResult], None] | None = None,
+                 prepared=None) -> list[CallResult]:
+        prepared = self.prepare(job, calls) if prepared is None else prepared
+        out = []
+        for call in calls:
+            result = self.answer(job, call, prepared)
+            out.append(result)
+            if on_result is not None:
+                on_result(result)
+            if result.hang is not None:
+                break
+        return out
+
+    def run(self, job: Job, call: Call) -> CallResult:
+        return self.run_many(job, [call])[0]
+
+    def describe(self, job: Job) -> str:
+        nodes = f"{job.nodes} node{'s' if job.nodes > 1 else ''}"
+        return (f"engine {self.name}, {job.system_name}, {job.nranks} ranks ({nodes} x "
+                f"{len(job.paths.node_system.gpus())} GPUs), NCCL {job.system.rules.version.line}")
+
+    def notes(self, job: Job) -> list[str]:
+        return []
 
 
-def _p2p_plan_summary(job: Job, call: Call) -> tuple[str, int]:
-    """Protocol and channel count of rank 0's largest transfer, as NCCL 2.22-2.30 plan it; older
-    releases: LL up to the 16 KiB threshold, and the p2p channels per peer."""
-    per_node = len(job.paths.node_system.gpus())
-    p2p = p2p_channels(job.paths, job.channels.n_channels, job.nodes, job.params)
-    minor = job.system.rules.version.minor
-    if minor >= 22:
-        transfers = p2p_transfers(call, 0, job.nodes, per_node, p2p.n_channels, p2p.per_peer,
-                                  p2p_chunk_nbytes(job.paths, job.nodes, job.params), minor,
-                                  job.params.get("NCCL_P2P_SCHEDULE_GROUP_SIZE"), job.comm.buff_nbytes[0],
-                                  p2p_ll_threshold_nbytes(job.params))
-        # the self-copy of alltoall never uses LL; the peers' transfers say what the call looks like
-        biggest = max((t for t in transfers if t.peer != 0), key=lambda t: len(t.channels), default=None)
-        if biggest is not None:
-            return biggest.protocol, len(biggest.channels)
-    nbytes = call.count * call.elem_nbytes
-    return ("LL" if nbytes <= P2P_LL_THRESHOLD_NBYTES else "Simple"), p2p.per_peer
+class NcclModel(Engine):
+    """NCCL's time model: each call answered as ncclGroupSimulateEnd would."""
+
+    name = "nccl"
+    doc = "NCCL's own time model (what ncclGroupSimulateEnd says)"
+
+    def answer(self, job: Job, call: Call, prepared=None) -> CallResult:
+        if call.info.p2p:
+            protocol, n_channels = p2p_summary(job, call)
+            return CallResult(call, p2p_time_us(job, call), "P2P", protocol, n_channels, 640, "nicksim-p2p")
+        choice = choose(job.comm, call)
+        return CallResult(call, choice.time_us, choice.algorithm, choice.protocol, choice.max_channels,
+                          choice.n_threads)
 
 
-def model_result(job: Job, call: Call) -> EngineResult:
-    """NCCL's decision and estimated time for `call` on `job`."""
-    if call.collective in ("alltoall", "sendrecv"):
-        protocol, n_channels = _p2p_plan_summary(job, call)
-        return EngineResult(call, p2p_time_us(job, call), "P2P", protocol, n_channels, 640, "nicksim-p2p")
-    choice = choose(job.comm, call)
-    return EngineResult(call, choice.time_us, choice.algorithm, choice.protocol, choice.max_channels,
-                        choice.n_threads)
+@dataclass
+class Des(Engine):
+    """The discrete-event simulation: NCCL's plan of each call run through the fabric, with
+    `overrides` of the DES parameters (calibration, --set), `faults` and `stragglers` as
+    `perf --fault/--straggler` spell them, the watchdog limit and whether to record a trace."""
+
+    overrides: Mapping[str, float] = field(default_factory=dict)
+    faults: Sequence[str] = ()
+    stragglers: Sequence[str] = ()
+    timeout_us: float = 600e6
+    trace: bool = False
+    name = "des"
+    doc = "the discrete-event simulation of the fabric"
+
+    def prepare(self, job: Job, calls: Sequence[Call] = ()):
+        """The DES set-up of `job` (model.engine.DesSetup): its parameters, faults and stragglers,
+        made once for every call of a run (what it derives is shared between them)."""
+        from .model.engine import default_params, des_setup  # SimPy loads only for the DES
+        from .model.hwparams import with_overrides
+        return des_setup(job, with_overrides(default_params(job), dict(self.overrides)), self.faults,
+                         self.stragglers, self.timeout_us, self.trace)
+
+    def answer(self, job: Job, call: Call, prepared) -> CallResult:
+        from .model.engine import simulate
+        run = simulate(prepared, call)
+        plan = run.plan
+        return CallResult(call, run.time_us, plan.algorithm, plan.protocol, plan.max_channels, plan.n_threads,
+                          "des", run)
 
 
-def des_result(job: Job, call: Call, setup=None) -> EngineResult:
-    """`call` simulated by the DES engine on NCCL's own plan (`setup`: a model.engine.DesSetup with
-    parameters and faults; defaults for the job when None). A hang comes back in `detail.hang`."""
-    from .model.engine import des_setup, simulate  # the DES and SimPy load only when asked for
-    run = simulate(setup or des_setup(job), call)
-    plan = run.plan
-    return EngineResult(call, run.time_us, plan.algorithm, plan.protocol, plan.max_channels, plan.n_threads,
-                        "des", run)
+@dataclass
+class Real(Engine):
+    """The real backend: NCCL's plan of each call run by a process per rank on this host, moving
+    real data over shared memory (or the GPUs, NICKSIM_DEVICE=gpu), `iters` timed iterations after
+    `warmup_iters`, every element checked where `check`; `trace` records the last call's steps."""
+
+    iters: int = 20
+    warmup_iters: int = 1
+    check: int = 1
+    trace: bool = False
+    name = "real"
+    ranks_log = True
+    doc = "the job's plans run by a process per rank on this host, moving and checking real data"
+
+    def prepare(self, job: Job, calls: Sequence[Call] = ()):
+        """The checks made before any rank starts: the job fits on this host, the device asked for
+        (NICKSIM_DEVICE) is there, and every call's plan is one the backend can run."""
+        from .realhw.runner import check_runnable_here  # the real backend loads only when it runs
+        check_runnable_here(job, calls)
+        return True
+
+    def run_many(self, job: Job, calls: Sequence[Call], on_result=None, prepared=None) -> list[CallResult]:
+        from .realhw.runner import run_job
+        if prepared is None:
+            self.prepare(job, calls)
+        return run_job(job, calls, self.iters, self.warmup_iters, self.check, self.trace, on_result, CallResult)
+
+    def describe(self, job: Job) -> str:
+        from .realhw.runner import spawned_layout
+        return (f"the plans of {job.system_name} ({job.nranks} ranks, {job.nodes} node(s)) run by "
+                f"{spawned_layout(job)}, NCCL {job.spec.nccl_version} plans")
+
+    def notes(self, job: Job) -> list[str]:
+        from .realhw.runner import unused_here
+        unused = unused_here(job.params)
+        return [f"not used here: {'; '.join(unused)}"] if unused else []
 
 
-def engine_result(job: Job, call: Call, engine: str = "model", setup=None) -> EngineResult:
-    """`call` answered by the named engine (`setup`: the DES setup)."""
-    if engine == "des":
-        return des_result(job, call, setup)
-    return model_result(job, call)
+ENGINES: dict[str, type[Engine]] = {"nccl": NcclModel, "des": Des, "real": Real}
+ENGINE_ALIASES: dict[str, str] = {"model": "nccl"}  # the time model's name before "nccl"
+
+
+def canonical_engine(name: str, where: str = "--engine") -> str:
+    """The registry's name for `name` (an alias resolved), or a UsageError listing them."""
+    key = ENGINE_ALIASES.get(str(name).strip().lower(), str(name).strip().lower())
+    if key not in ENGINES:
+        raise UsageError(f"engine '{name}' is not available", where,
+                         ", ".join(ENGINES) + " (model is nccl's former name)")
+    return key
+
+
+def engine_named(name: str, **options) -> Engine:
+    """The engine `name` made with its `options` (see each engine's fields)."""
+    cls = ENGINES[canonical_engine(name)]
+    try:
+        return cls(**options)
+    except TypeError:
+        raise UsageError(f"options {', '.join(options)}", f"engine {cls.name}",
+                         "the fields of nicksim.engines." + cls.__name__) from None
+
+
+def engine_result(job: Job, call: Call, engine: str = "nccl", **options) -> CallResult:
+    """`call` answered by the named engine."""
+    return engine_named(engine, **options).run(job, call)
+
+
+def model_result(job: Job, call: Call) -> CallResult:
+    """NCCL's decision and estimated time for `call` on `job` (the "nccl" engine)."""
+    return NcclModel().answer(job, call)

@@ -12,6 +12,7 @@ __all__ = [
     "TopologyError",
     "UnknownNameError",
     "ParamError",
+    "RanksFailed",
 ]
 
 
@@ -55,3 +56,14 @@ class ParamError(NickSimError):
     """An NCCL_* / NICKSIM_* setting given in a form nicksim cannot take at all."""
 
     kind = "param"
+
+
+class RanksFailed(NickSimError):
+    """Rank processes of a real run ended with `status`; each already said why on stderr, so the
+    command line ends with that status and adds nothing."""
+
+    kind = "ranks-failed"
+
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(f"rank processes ended with status {status} (their errors are on stderr)", "real")

@@ -11,20 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .catalog import DEFAULT_SYSTEM, load_node
-from .choose import CommState, comm_state
-from .collnet import CollNetSetup, collnet_setup, graph_heads
-from .cluster import Cluster, ClusterSpec, build_cluster
-from .connect import Channels, connect, nvls_heads
+from .topology.catalog import DEFAULT_SYSTEM, load_node
+from .tuning.choose import CommState, comm_state
+from .graph.collnet import CollNetSetup, collnet_setup, graph_heads
+from .graph.cluster import Cluster, ClusterSpec, build_cluster
+from .graph.connect import Channels, connect, nvls_heads
 from .constants import DEFAULT_VERSION, parse_version, topo_rules
 from .errors import UsageError
-from .fill import FillOptions
-from .hardware import FABRICS, fabric, gpu_model
+from .topology.fill import FillOptions
+from .topology.hardware import FABRICS, fabric, gpu_model
 from .params import Params
-from .paths import Paths, compute_paths
-from .plan_collnet import CollNetLayout
-from .search import Graph, search_graphs
-from .topo import System, build_system
+from .graph.paths import Paths, compute_paths
+from .plan.collnet import CollNetLayout
+from .graph.search import Graph, search_graphs
+from .topology.system import System, build_system
 
 __all__ = ["JobSpec", "Job", "SPEC_FIELDS", "load_job", "load_node_paths"]
 
@@ -133,6 +133,27 @@ class Job:
     @cached_property
     def comm(self) -> CommState:
         return comm_state(self.paths, self.graphs, self.channels.n_channels, self.nodes, self.params, self.collnet)
+
+    def notes(self, searched: bool = True) -> list[str]:
+        """What loading the job has to say: knobs its release does not read, the topology's
+        assumptions, the paths' notes and, where CollNet was asked for (`searched`: the graphs
+        were searched), why it is off."""
+        return [*self.params.notes, *self.system.notes, *self.paths.notes, *self._collnet_notes(searched)]
+
+    def _collnet_notes(self, searched: bool) -> list[str]:
+        wanted = self.params.get("NCCL_COLLNET_ENABLE") == 1
+        if self.spec.sharp and not wanted:
+            return ["--sharp: the CollNet plugin serves every NIC, but NCCL uses it only with NCCL_COLLNET_ENABLE=1"]
+        if wanted and not self.spec.sharp:
+            return ["NCCL_COLLNET_ENABLE=1: no CollNet plugin serves these NICs (--sharp adds one), so CollNet stays "
+                    "off"]
+        if not (wanted and searched) or self.collnet.enabled:
+            return []
+        threshold = self.params.get("NCCL_COLLNET_NODE_THRESHOLD")
+        if self.nodes < threshold:  # init.cc's own words
+            return [f"NCCL INFO Communicator has {self.nodes} nodes which is less than CollNet node threshold "
+                    f"{threshold}, disabling CollNet"]
+        return ["CollNet stays off: the CollNet chain graph found no channel"]
 
 
 def load_node_paths(spec: JobSpec, params: Params):

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from .constants.knobs import KNOB_TABLE, Knob
+from .constants.rules import rules_for_minor
 from .errors import UsageError
 
 __all__ = [
@@ -95,13 +96,13 @@ class Params:
             if knob is None or knob.read_by(minor):
                 continue
             del values[name]
-            if knob.until and int(knob.until.split(".")[1]) <= minor:
+            if knob.removed_by(minor):
                 notes.append(f"{name} is ignored: NCCL read it from {knob.since} until {knob.until} (removed), not "
                              f"in 2.{minor}")
             else:
                 notes.append(f"{name} is ignored: NCCL reads it from {knob.since} on, not in 2.{minor}")
         for name in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
-            if name in values and minor >= 17:  # docs/userguide env.rst (2.30): deprecated in 2.17
+            if name in values and rules_for_minor(minor).nchannels_knobs_deprecated:  # env.rst (2.30): since 2.17
                 ctas = name.replace("NCHANNELS", "CTAS")
                 notes.append(f"{name} is deprecated since NCCL 2.17 in favour of {ctas}; NCCL still honours it "
                              f"(with {ctas} set too, the more restrictive of the two applies)")

@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from nicksim.calls import call_for_size
-from nicksim.choose import forced_choice
+from nicksim.tuning.choose import forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import plan_call
+from nicksim.plan.chunking import plan_call
 from nicksim.realhw.agree import PlanMismatchError, check_same_plan, plan_fingerprint
 from nicksim.realhw.runner import free_port
 from test_bootstrap import GUARD_S

@@ -6,19 +6,8 @@ import math
 
 import pytest
 
-from nicksim.alphabeta import (
-    DEFAULT_SIZES_NBYTES,
-    SCENARIOS,
-    CostLine,
-    alphabeta_table,
-    format_alphabeta,
-    human_size,
-    meeting_nbytes,
-    ring_line,
-    scenario_tables,
-    tree_depth,
-    tree_line,
-)
+from nicksim.studies.alphabeta import (DEFAULT_SIZES_NBYTES, SCENARIOS, CostLine, alphabeta_table, format_alphabeta,
+                                       human_size, meeting_nbytes, ring_line, scenario_tables, tree_depth, tree_line)
 from nicksim.errors import UsageError
 
 # Hand-computed cases. Units: B in GB/s = 1e3 bytes/us, a and T in us, m in bytes.

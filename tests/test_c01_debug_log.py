@@ -14,7 +14,7 @@ import itertools
 import pytest
 
 from conftest import need_validation, run_cli
-from nicksim.logs import line_kind, parse_line
+from nicksim.formats.logs import line_kind, parse_line
 
 _UNMODELLED = {"init-timings"}  # measured seconds of a real init
 

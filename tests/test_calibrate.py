@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from nicksim.calibrate import calibration_text, fit, format_fit, source_of
-from nicksim.validate import find_cases, read_calibration
+from nicksim.studies.calibrate import calibration_text, fit, format_fit, source_of
+from nicksim.studies.validate import find_cases, read_calibration
 
 MiB = 1 << 20
 

@@ -2,9 +2,9 @@
 import pytest
 
 from conftest import build
-from nicksim.catalog import CATALOG, DEFAULT_SYSTEM, resolve_system, topology_dir
+from nicksim.topology.catalog import CATALOG, DEFAULT_SYSTEM, resolve_system, topology_dir
 from nicksim.errors import TopologyError, UnknownNameError
-from nicksim.hardware import gpu_model
+from nicksim.topology.hardware import gpu_model
 
 EXPECTED = {  # name: (GPUs, NETs, hosts)
     "dgx-a100": (8, 8, 1), "dgx-h100": (8, 8, 1), "hgx-h200": (8, 8, 1), "hgx-h800": (8, 8, 1),

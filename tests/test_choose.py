@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from nicksim.calls import call_for_size
-from nicksim.choose import _candidates, choose, nvls_supported
+from nicksim.tuning.choose import _candidates, choose, nvls_supported
 from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.tuning import algo_time
+from nicksim.tuning.cost import algo_time
 
 
 def job_of(system="dgx-h100", nodes=1, version="2.30", env=None, **spec):

@@ -2,7 +2,7 @@
 import pytest
 
 from conftest import REPO, need_validation, run_cli
-from nicksim.catalog import CATALOG
+from nicksim.topology.catalog import CATALOG
 
 
 def test_main_job_prints_the_default_system():

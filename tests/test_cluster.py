@@ -3,9 +3,9 @@ import networkx as nx
 import pytest
 
 from conftest import build
-from nicksim.cluster import ClusterSpec, build_cluster, fabric_route
+from nicksim.graph.cluster import ClusterSpec, build_cluster, fabric_route
 from nicksim.errors import UsageError
-from nicksim.hardware import fabric
+from nicksim.topology.hardware import fabric
 
 
 def cluster(nodes, **kw):

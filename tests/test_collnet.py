@@ -12,15 +12,16 @@ import pytest
 
 from conftest import run_cli
 from nicksim.calls import call_for_size
-from nicksim.choose import Choice, _candidates, _collnet_direct_channels, choose, forced_choice
-from nicksim.collnet import collnet_supported
+from nicksim.tuning.choose import Choice, _candidates, _collnet_direct_channels, choose, forced_choice
+from nicksim.graph.collnet import collnet_supported
 from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, _chunk_nbytes, check_programs, plan_call,
-                          rank_programs)
-from nicksim.plan_collnet import collnet_chunk_nbytes
-from nicksim.tuning import algo_time
+from nicksim.plan.programs import ChannelProgram, Stream, rank_programs
+from nicksim.plan.check import PlanCheckError, check_programs
+from nicksim.plan.chunking import _chunk_nbytes, plan_call
+from nicksim.plan.collnet import collnet_chunk_nbytes
+from nicksim.tuning.cost import algo_time
 
 COLLNET = {"NCCL_COLLNET_ENABLE": "1"}
 

@@ -6,9 +6,9 @@ import pytest
 from nicksim.job import JobSpec, load_job
 
 from conftest import build, need_validation
-from nicksim.connect import connect, format_channels
+from nicksim.graph.connect import connect, format_channels
 from nicksim.params import read_params
-from nicksim.search import search_graphs
+from nicksim.graph.search import search_graphs
 
 
 def channels(system, version, nodes, rank=0, env=None):
@@ -85,7 +85,7 @@ def test_every_rank_has_one_parent_and_rings_cover_everyone(nodes):
 
 
 def _counts(system, version, nodes, env=None, rank=0):
-    from nicksim.connect import format_channel_counts, p2p_channels
+    from nicksim.graph.connect import format_channel_counts, p2p_channels
     env = env or {}
     _, paths = build(system, version, env=env, nodes=nodes)
     params = read_params(env)
@@ -125,7 +125,7 @@ def test_nvls_raises_the_channel_count_in_2_20_to_2_27():
 
 
 def test_p2p_chunk_size():
-    from nicksim.connect import p2p_chunk_nbytes
+    from nicksim.graph.connect import p2p_chunk_nbytes
     def chunk(system, nodes, env=None):
         _, paths = build(system, "2.22", env=env or {}, nodes=nodes)
         return p2p_chunk_nbytes(paths, nodes, read_params(env or {}))

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from nicksim.calls import Call
-from nicksim.choose import forced_choice
-from nicksim.plan import plan_call
-from nicksim.plan_p2p import p2p_setup
+from nicksim.tuning.choose import forced_choice
+from nicksim.plan.chunking import plan_call
+from nicksim.plan.p2p import p2p_setup
 from nicksim.realhw import kernels as K
 from nicksim.realhw.cuda_ipc import CudaIpcRing, CudaOps, GpuRuntime
 from nicksim.realhw.cuda_kernels import KERNEL_SOURCE, GpuUnavailable

@@ -13,9 +13,11 @@ from nicksim.model.engine import coarse_plan, des_setup, simulate, simulate_sequ
 from nicksim.model.hwparams import with_overrides
 from nicksim.model.routes import Router
 from nicksim.params import read_params
-from nicksim.choose import forced_choice
-from nicksim.plan import check_programs, plan_call, rank_programs
-from nicksim.trace import chrome_trace, format_link_report
+from nicksim.tuning.choose import forced_choice
+from nicksim.plan.check import check_programs
+from nicksim.plan.chunking import plan_call
+from nicksim.plan.programs import rank_programs
+from nicksim.formats.trace import chrome_trace, format_link_report
 
 from conftest import need_validation, run_cli
 
@@ -305,7 +307,7 @@ def test_a_point_to_point_channel_across_nodes_moves_what_nccl_expects_of_one():
     # paths.cc 2.29 sizes the channels per network peer by 14 GB/s a channel (NCCL_P2P_PER_CHANNEL_NET_BW);
     # sendrecv across nodes then runs at channels per peer x 14 GB/s where that is below the NIC (cluster01's
     # logs in ../shared/validation/raw: 15.2 GB/s with 1 channel per peer at 80 ranks, 24.9 with 2 at 10).
-    from nicksim.connect import p2p_channels
+    from nicksim.graph.connect import p2p_channels
     from nicksim.constants.topo_rules import P2P_PER_CHANNEL_NET_BW
     for nodes, per_node in ((10, 1), (10, 8)):
         job = load_job(JobSpec(system="dgx-h100", nodes=nodes, gpus_per_node=per_node, nccl_version="2.29"),

@@ -3,7 +3,7 @@ split over them, adaptive routing, and the QP timeout that turns a dead link int
 import pytest
 
 from nicksim.calls import call_for_size
-from nicksim.cluster import fabric_route, fabric_routes
+from nicksim.graph.cluster import fabric_route, fabric_routes
 from nicksim.job import JobSpec, load_job
 from nicksim.model.engine import des_setup, simulate
 from nicksim.model.ib import IbTransport, ib_transport

@@ -13,12 +13,12 @@ import pytest
 
 from conftest import run_cli
 from nicksim.constants import parse_version, topo_rules
-from nicksim.detect import DetectedGpu, normalize_busid, nvml_gpus, topology_from_gpus
+from nicksim.topology.detect import DetectedGpu, normalize_busid, nvml_gpus, topology_from_gpus
 from nicksim.errors import TopologyError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.topo import build_system
-from nicksim.xml import write_topo_xml
+from nicksim.topology.system import build_system
+from nicksim.topology.xml import write_topo_xml
 
 # (root complex, root port, switch upstream, switch downstream, GPU, numa node), two GPUs a switch.
 H100_GPUS = [

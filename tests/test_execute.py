@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from nicksim.calls import Call
-from nicksim.choose import forced_choice
+from nicksim.tuning.choose import forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import plan_call, rank_programs
-from nicksim.plan_p2p import p2p_setup
+from nicksim.plan.chunking import plan_call
+from nicksim.plan.programs import rank_programs
+from nicksim.plan.p2p import p2p_setup
 from nicksim.realhw.execute import HOST_OPS, ExecuteError, links_of, open_links, run_programs
 from nicksim.realhw.kernels import storage_dtype
 from nicksim.realhw.shm import ShmRing, segment_name

@@ -3,9 +3,9 @@ import pytest
 
 from conftest import build, need_validation, run_cli
 from nicksim.errors import UsageError
-from nicksim.fill import FillOptions, fill_topology, ofi_nic_groups
-from nicksim.hardware import fabric, gpu_model
-from nicksim.xml import parse_topo_xml, read_topo_xml
+from nicksim.topology.fill import FillOptions, fill_topology, ofi_nic_groups
+from nicksim.topology.hardware import fabric, gpu_model
+from nicksim.topology.xml import parse_topo_xml, read_topo_xml
 
 
 def vfile(name):

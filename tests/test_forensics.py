@@ -8,7 +8,9 @@ import tracemalloc
 import pytest
 
 from conftest import need_validation, run_cli
-from nicksim.forensics import CATEGORIES, diagnose, read_evidence
+from nicksim.forensics.evidence import CATEGORIES
+from nicksim.forensics.diagnose import diagnose
+from nicksim.forensics.read import read_evidence
 
 # What each published log's text supports (../shared/validation/hangs/*.md says why).
 PUBLISHED = {

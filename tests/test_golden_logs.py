@@ -7,9 +7,9 @@ poster re-indented the lines, so they are compared without leading blanks.
 """
 from nicksim.constants import parse_version, topo_rules
 from nicksim.params import read_params
-from nicksim.paths import compute_paths, format_nccl_paths
-from nicksim.topo import build_system, format_system
-from nicksim.xml import parse_topo_xml
+from nicksim.graph.paths import compute_paths, format_nccl_paths
+from nicksim.topology.system import build_system, format_system
+from nicksim.topology.xml import parse_topo_xml
 
 ISSUE_1197_PRINT = """\
 === System : maxBw 24.0 totalBw 360.0 ===

@@ -2,7 +2,7 @@
 import pytest
 
 from nicksim.errors import UnknownNameError
-from nicksim.hardware import CUBE_MESH_8, FABRICS, GPU_MODELS, fabric, gpu_model, gpu_model_for_device
+from nicksim.topology.hardware import CUBE_MESH_8, FABRICS, GPU_MODELS, fabric, gpu_model, gpu_model_for_device
 
 
 def test_lookup_is_forgiving_about_case_and_suffixes():

@@ -1,48 +1,110 @@
-"""Imports run one way: the core never imports engines; model/ and realhw/ never import each other."""
+"""Imports run one way, package by package: the core's stages each build only on the stages before them;
+the core never imports an engine, a study or a format; engines never import each other; the command
+line and the dashboard reach the library only through nicksim.api."""
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nicksim"
-CORE = {"errors", "params", "xml", "hardware", "fill", "topo", "catalog", "cluster", "paths", "trees", "search",
-        "connect", "constants", "collnet", "tuning", "calls", "choose", "plan", "plan_pat", "plan_p2p",
-        "plan_collnet", "transports", "job"}
-ENGINE_PARTS = {"model", "realhw", "engines", "cli", "dashboard"}
+DASHBOARD = PACKAGE.parent / "dashboard"
+
+# The core's stages in pipeline order; each may import itself, the ones before it and BASE.
+STAGES = ("constants", "topology", "graph", "tuning", "plan")
+BASE = {"errors", "params", "calls"}
+CORE = set(STAGES) | BASE | {"job"}
+ENGINES = {"model", "realhw"}
+FORMATS = {"formats"}
+ON_TOP = {"studies", "forensics", "scenarios"}
+FACADE = {"engines", "api"}
+FRONT = {"cli", "__main__", "dashboard"}
+EVERY = CORE | ENGINES | FORMATS | ON_TOP | FACADE | FRONT | {"__init__"}
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path, root: Path = PACKAGE) -> set[str]:
+    """The nicksim modules a file imports, dotted below the package ('' for the package itself)."""
     tree = ast.parse(path.read_text())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
-                base = path.relative_to(PACKAGE).parts[:-1]
-                parts = list(base[: len(base) - node.level + 1]) + (node.module.split(".") if node.module else [])
-                found.add(".".join(parts))
-            elif node.module and node.module.startswith("nicksim"):
+                base = path.relative_to(root).parts[:-1]
+                parts = list(base[: len(base) - node.level + 1])
+                if node.module:
+                    found.add(".".join(parts + node.module.split(".")))
+                else:  # from . import api: the names are modules
+                    found |= {".".join(parts + [alias.name]) for alias in node.names}
+            elif node.module and node.module.split(".")[0] == "nicksim":
                 found.add(node.module.removeprefix("nicksim").lstrip("."))
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("nicksim"):
+                if alias.name.split(".")[0] == "nicksim":
                     found.add(alias.name.removeprefix("nicksim").lstrip("."))
     return found
 
 
-def test_core_never_imports_engines():
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path, path.relative_to(PACKAGE).parts[0].removesuffix(".py"), {
+            m.split(".")[0] for m in imported_modules(path)}
+
+
+def test_every_module_belongs_to_a_known_part():
+    for path, top, _ in _modules():
+        assert top in EVERY, f"{path.relative_to(PACKAGE)} is in no part of the pipeline this test knows"
+
+
+def test_stages_build_only_on_earlier_stages():
+    checked = set()
+    for path, top, imports in _modules():
+        if top not in STAGES:
+            continue
+        checked.add(top)
+        allowed = set(STAGES[: STAGES.index(top) + 1]) | BASE
+        if top == "constants":
+            allowed = {"constants", "errors"}
+        assert imports <= allowed, f"{path.relative_to(PACKAGE)} imports {sorted(imports - allowed)}"
+    assert checked == set(STAGES)
+
+
+def test_base_modules_need_only_constants():
+    for path, top, imports in _modules():
+        if top in BASE:
+            assert imports <= BASE | {"constants"}, f"{path.name} imports {sorted(imports - BASE)}"
+
+
+def test_core_never_imports_engines_studies_or_formats():
     checked = 0
-    for path in PACKAGE.rglob("*.py"):
-        top = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+    for path, top, imports in _modules():
         if top not in CORE:
             continue
         checked += 1
-        for module in imported_modules(path):
-            assert module.split(".")[0] not in ENGINE_PARTS, f"{path.name} imports {module}"
-    assert checked >= len(CORE)
+        assert imports <= CORE, f"{path.relative_to(PACKAGE)} imports {sorted(imports - CORE)}"
+    assert checked >= 30
 
 
-def test_model_and_realhw_stay_apart():
-    for a, b in (("model", "realhw"), ("realhw", "model")):
-        for path in (PACKAGE / a).rglob("*.py") if (PACKAGE / a).is_dir() else []:
-            assert not any(m.split(".")[0] == b for m in imported_modules(path)), f"{path} imports {b}"
+def test_formats_sit_on_the_core_alone():
+    for path, top, imports in _modules():
+        if top in FORMATS:
+            assert imports <= CORE | FORMATS, f"{path.relative_to(PACKAGE)} imports {sorted(imports - CORE - FORMATS)}"
+
+
+def test_engines_never_import_each_other_or_what_sits_on_them():
+    for path, top, imports in _modules():
+        if top in ENGINES:
+            allowed = CORE | FORMATS | {top}
+            assert imports <= allowed, f"{path.relative_to(PACKAGE)} imports {sorted(imports - allowed)}"
+
+
+def test_nothing_below_the_front_imports_it():
+    for path, top, imports in _modules():
+        if top not in FRONT and top != "api":
+            assert not imports & (FRONT | {"api"}), f"{path.relative_to(PACKAGE)} imports {sorted(imports & FRONT)}"
+
+
+def test_cli_and_dashboard_only_call_the_public_api():
+    files = [PACKAGE / "cli.py"] + sorted(DASHBOARD.rglob("*.py"))
+    for path in files:
+        imports = imported_modules(path, PACKAGE if path.is_relative_to(PACKAGE) else DASHBOARD)
+        assert imports <= {"api", "errors"}, f"{path.name} imports {sorted(imports - {'api', 'errors'})}"
 
 
 def test_modules_declare_all():

@@ -15,7 +15,7 @@ from nicksim.engines import engine_result
 from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import KNOBS, read_params
-from nicksim.plan import plan_call
+from nicksim.plan.chunking import plan_call
 from nicksim.realhw.launch import root_address
 from nicksim.scenarios import SCENARIOS
 from nicksim.scenarios.replay import TorchSettings, replay
@@ -68,7 +68,7 @@ def test_env_lists_every_knob_with_its_effect_per_engine(tmp_path):
     doc = json.loads((tmp_path / "env.json").read_text())
     assert [k["name"] for k in doc["knobs"]] == list(KNOBS)
     cga = next(k for k in doc["knobs"] if k["name"] == "NCCL_CGA_CLUSTER_SIZE")
-    assert cga["model"].startswith("none") and cga["releases"] == "2.15+"
+    assert cga["nccl"].startswith("none") and cga["releases"] == "2.15+"
     assert "NCCL_IB_QPS_PER_CONNECTION = unset; default 1; NCCL 2.10+" in out.stdout
 
 
@@ -284,3 +284,17 @@ def test_replay_takes_torch_knobs_from_the_command_line(tmp_path):
     out = run_cli("hang", "replay", "straggler", "--out", str(tmp_path), "--env", "TORCH_NCCL_BLOCKING_WAIT=1")
     assert out.returncode == 0, out.stderr
     assert "DistBackendError" in (tmp_path / "rank0.log").read_text()
+
+
+def test_p2p_ll_threshold_prices_the_protocol_it_picks():
+    """NCCL_P2P_LL_THRESHOLD=0 sends a 4 KiB sendrecv as Simple, so it costs Simple's latency, not LL's
+    (tuning.cc's Ring baseLat + hwLat[NVLINK] of each protocol; the bytes add a few ns here)."""
+    from nicksim.constants import parse_version, tuning_tables
+    call = call_for_size("sendrecv", 4096, "float", "sum", 0, 8)
+    default = engine_result(_job(system="dgx-h100"), call)
+    lowered = engine_result(_job({"NCCL_P2P_LL_THRESHOLD": "0"}, system="dgx-h100"), call)
+    tables = tuning_tables(parse_version("2.30"))
+    lat = {p: tables.base_lat("Ring", p) + tables.hw_lat("NVLINK", "Ring", p) for p in ("LL", "Simple")}
+    assert (default.protocol, lowered.protocol) == ("LL", "Simple")
+    assert default.time_us == pytest.approx(lat["LL"], abs=0.1)
+    assert lowered.time_us == pytest.approx(lat["Simple"], abs=0.1)

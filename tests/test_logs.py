@@ -10,14 +10,14 @@ import sys
 import pytest
 
 from conftest import run_cli
-from nicksim.forensics import read_evidence
+from nicksim.forensics.read import read_evidence
 from nicksim.job import JobSpec, load_job
-from nicksim.joblog import JobLogger, call_lines, comm_pointer, init_lines, setting_lines
+from nicksim.formats.joblog import JobLogger, call_lines, comm_pointer, init_lines, setting_lines
 from nicksim.calls import call_for_size
-from nicksim.logs import (Identity, LogSink, debug_config, expand_debug_file, format_line, line_kind,
-                          parse_line, read_job_log)
+from nicksim.formats.logs import (Identity, LogSink, debug_config, expand_debug_file, format_line, line_kind,
+                                  parse_line, read_job_log)
 from nicksim.params import read_params
-from nicksim.report import read_results
+from nicksim.formats.report import read_results
 
 
 def _config(minor=None, **env):

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from conftest import build
-from nicksim.paths import format_nccl_paths
-from nicksim.topo import format_system
+from nicksim.graph.paths import format_nccl_paths
+from nicksim.topology.system import format_system
 
 GOLDEN = Path(__file__).parent / "golden" / "nccl-graph"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if p.name.endswith((".txt", ".txt.gz")))

@@ -14,12 +14,13 @@ import pytest
 from fake_pyverbs import Device, Fabric
 from test_execute import in_threads, rank_setup
 from nicksim.calls import Call
-from nicksim.choose import forced_choice
+from nicksim.tuning.choose import forced_choice
 from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import plan_call, rank_programs
-from nicksim.plan_p2p import p2p_setup
+from nicksim.plan.chunking import plan_call
+from nicksim.plan.programs import rank_programs
+from nicksim.plan.p2p import p2p_setup
 from nicksim.realhw import runner, verbs
 from nicksim.realhw.execute import run_programs, open_links
 from nicksim.realhw.launch import RankEnv

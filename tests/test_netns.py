@@ -14,6 +14,9 @@ from netns import Hosts
 from nicksim.realhw.runner import free_port
 from test_bootstrap import GUARD_S
 
+# Network namespaces, veth pairs and tbf qdiscs need root (conftest.py skips these elsewhere, saying so).
+pytestmark = pytest.mark.root
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
 
 

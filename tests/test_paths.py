@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 from conftest import build
 from nicksim.constants import MODELLED_VERSIONS, topo_rules
 from nicksim.params import read_params
-from nicksim.paths import compute_paths, local_net
-from nicksim.topo import build_system
-from nicksim.xml import parse_topo_xml
+from nicksim.graph.paths import compute_paths, local_net
+from nicksim.topology.system import build_system
+from nicksim.topology.xml import parse_topo_xml
 
 
 def net_by_dev(system, dev):
@@ -224,7 +224,7 @@ def test_path_properties(topology, env):
 
 
 def test_p2p_pxn_level_picks_the_nic_and_the_proxy():
-    from nicksim.paths import p2p_net
+    from nicksim.graph.paths import p2p_net
 
     def choice(env):
         system, paths = build("dgx-h100", env=env, nodes=2)

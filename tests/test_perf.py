@@ -8,8 +8,8 @@ import pytest
 from conftest import need_validation, run_cli
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.perf import perf_rows, sweep_sizes
-from nicksim.report import bus_factor, read_results
+from nicksim.studies.perf import perf_rows, sweep_sizes
+from nicksim.formats.report import bus_factor, read_results
 
 
 def test_sweep_sizes_like_nccl_tests():
@@ -42,7 +42,7 @@ def test_perf_json_carries_plans_and_the_run():
         out = run_cli("perf", "all_gather_perf", "-b", "1K", "-e", "64M", "-f", "4", "-J", str(path))
         assert out.returncode == 0, out.stderr
         doc = json.loads(path.read_text())
-    assert doc["engine"] == "model" and doc["system"] == "dgx-h100" and doc["nranks"] == 8
+    assert doc["engine"] == "nccl" and doc["system"] == "dgx-h100" and doc["nranks"] == 8
     assert doc["nccl_version"] == "2.30"
     assert len(doc["results"]) == 9
     first = doc["results"][0]
@@ -102,7 +102,7 @@ def test_perf_beside_the_c01_measurement():
     out = run_cli("perf", "all_reduce", "--system", str(topo), "--gpu", "h100", "--nodes", "2", "--fabric", "efa",
                   "--nccl-version", "2.22", "-b", "8", "-e", "16G", "--compare", str(shared / "cases" / "C01.md"))
     assert out.returncode == 0, out.stderr
-    block = out.stdout.split("# model vs measured", 1)[1].splitlines()
+    block = out.stdout.split("# nccl vs measured", 1)[1].splitlines()
     rows = [line.split() for line in block if line.startswith("# ") and line.split()[1].isdigit()]
     assert len(rows) == 32  # 8 B .. 16 GiB, every size the log has
     by_size = {int(r[1]): r for r in rows}

@@ -11,11 +11,12 @@ from types import SimpleNamespace
 import pytest
 
 from nicksim.calls import Call, call_for_size
-from nicksim.choose import Choice, forced_choice
+from nicksim.tuning.choose import Choice, forced_choice
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import (ChannelProgram, PlanCheckError, Stream, _chunk_nbytes, _nvls_tree_allreduce, check_programs,
-                          plan_call, proto_grain_nbytes, rank_programs)
+from nicksim.plan.programs import ChannelProgram, Stream, _nvls_tree_allreduce, rank_programs
+from nicksim.plan.check import PlanCheckError, check_programs
+from nicksim.plan.chunking import _chunk_nbytes, plan_call, proto_grain_nbytes
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 CHUNK_INFO = Path(__file__).parent / "golden" / "nccl-chunk"
@@ -407,8 +408,8 @@ def test_check_catches_a_deadlock(ring_case):
 
 # --- point-to-point (plan_p2p.py; enqueue.cc addP2pToPlan and init.cc p2pSchedule, 2.22.3-2.27.7) ---
 
-from nicksim.connect import p2p_channels, p2p_chunk_nbytes  # noqa: E402
-from nicksim.plan_p2p import p2p_programs, p2p_schedule, p2p_transfers, u32fp8_round  # noqa: E402
+from nicksim.graph.connect import p2p_channels, p2p_chunk_nbytes  # noqa: E402
+from nicksim.plan.p2p import p2p_programs, p2p_schedule, p2p_transfers, u32fp8_round  # noqa: E402
 
 
 def test_p2p_schedule_enumerates_every_peer_once_in_nccls_order():
@@ -525,8 +526,8 @@ def test_the_efa_plugin_sets_nvls_chunks_unless_the_user_did():
 
 # --- PAT (plan_pat.py; collectives.h PatRSAlgorithm/PatAGAlgorithm, prims_simple.h, 2.26-2.30) ----
 
-from nicksim.plan import ChannelPart, Plan  # noqa: E402
-from nicksim.plan_pat import pat_ops, pat_shape  # noqa: E402
+from nicksim.plan.chunking import ChannelPart, Plan  # noqa: E402
+from nicksim.plan.pat import pat_ops, pat_shape  # noqa: E402
 
 
 def test_nccl_chooses_pat_for_one_gpu_per_node_and_its_plans_check(jobs):

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import need_validation
 from nicksim.errors import UsageError
-from nicksim.report import (COLLECTIVES, Measurement, ResultRow, bus_factor, collective_name, format_number,
-                            format_row, format_table, measurement, read_results, result_row, results_json,
-                            size_and_count)
+from nicksim.formats.report import (COLLECTIVES, Measurement, ResultRow, bus_factor, collective_name, format_number,
+                                    format_row, format_table, measurement, read_results, result_row, results_json,
+                                    size_and_count)
 
 TAG = re.compile(r"\[\d+,\d+\]<stdout>:")
 

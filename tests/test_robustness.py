@@ -4,15 +4,15 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nicksim.catalog import topology_dir
+from nicksim.topology.catalog import topology_dir
 from nicksim.constants import MODELLED_VERSIONS, topo_rules
 from nicksim.errors import NickSimError
-from nicksim.fill import FillOptions, fill_topology
-from nicksim.hardware import GPU_MODELS
+from nicksim.topology.fill import FillOptions, fill_topology
+from nicksim.topology.hardware import GPU_MODELS
 from nicksim.params import read_params
-from nicksim.paths import compute_paths
-from nicksim.topo import build_system
-from nicksim.xml import TopoXml, XmlNode, dump_topo_xml, parse_topo_xml, read_topo_xml
+from nicksim.graph.paths import compute_paths
+from nicksim.topology.system import build_system
+from nicksim.topology.xml import TopoXml, XmlNode, dump_topo_xml, parse_topo_xml, read_topo_xml
 
 _BASES = [read_topo_xml(topology_dir() / name) for name in ("dgx-h100.xml", "pcie-8x-l40s.xml", "dgx-a100.xml")]
 # A DGX-1 style cube-mesh (GPU-to-GPU NVLinks), completed from a bare file, exercises NVLink targets.

@@ -16,11 +16,13 @@ from nicksim.constants import DEFAULT_VERSION
 from nicksim.errors import UsageError
 from nicksim.job import JobSpec, load_job
 from nicksim.params import read_params
-from nicksim.plan import plan_call, rank_programs
+from nicksim.plan.chunking import plan_call
+from nicksim.plan.programs import rank_programs
 from nicksim.realhw.cuda_kernels import gpu_unavailable
-from nicksim.realhw.runner import HOST_SYSTEM, count_wrong, expected_output, free_port, host_id, node_layout, rank_input
+from nicksim.realhw.runner import (HOST_SYSTEM, count_wrong, expected_output, free_port, host_id, node_layout,
+                                   rank_input)
 from nicksim.realhw.verbs import verbs_unavailable
-from nicksim.report import read_results
+from nicksim.formats.report import read_results
 from test_bootstrap import GUARD_S
 
 REPO = Path(__file__).resolve().parent.parent
@@ -222,3 +224,15 @@ def test_perf_engine_real_refuses_what_it_cannot_run():
     _, err = proc.communicate(timeout=GUARD_S)
     assert proc.returncode == 2 and err.strip() == ("nicksim: error: --plan: --plan is for the model and DES engines "
                                                     "(valid: --engine model or des)")
+
+
+def test_perf_engine_real_refuses_nvlstree_before_any_rank_starts():
+    """Two DGX H100 nodes plan NVLSTree (the programs every engine takes from plan.build); its
+    reduction happens in the NVSwitch, which no process stands in for: one line, nothing run."""
+    proc = nicksim("perf", "all_reduce", "--engine", "real", "--nodes", "2", "-b", "64M", "-e", "64M",
+                   env=dict(os.environ, NCCL_ALGO="NVLSTree"))
+    out, err = proc.communicate(timeout=GUARD_S)
+    assert proc.returncode == 2 and out == ""
+    assert err.strip() == (
+        "nicksim: error: plan: the real backend cannot run NVLSTree's nvlsScatter on channel 0: it reaches a switch "
+        "(NVLink SHARP or CollNet), not a rank (valid: ring, tree and point-to-point plans (NCCL_ALGO=Ring or Tree))")

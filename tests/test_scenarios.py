@@ -9,7 +9,8 @@ import pytest
 
 from conftest import run_cli
 from nicksim.calls import Call
-from nicksim.forensics import diagnose, read_evidence
+from nicksim.forensics.diagnose import diagnose
+from nicksim.forensics.read import read_evidence
 from nicksim.job import JobSpec, load_job
 from nicksim.model.engine import des_setup, simulate_sequences
 from nicksim.params import read_params

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import build, run_cli
 from nicksim.params import read_params
-from nicksim.search import RING, format_graph, search_graph, search_graphs
+from nicksim.graph.search import RING, format_graph, search_graph, search_graphs
 
 GOLDEN = Path(__file__).parent / "golden" / "nccl-search"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if p.name.endswith((".txt", ".txt.gz")))
@@ -100,7 +100,7 @@ XML_GOLDEN = Path(__file__).parent / "golden" / "nccl-graph-xml"
 
 @pytest.mark.parametrize("name", sorted(p.name for p in XML_GOLDEN.glob("*.graph.xml")))
 def test_graph_dump_matches_nccl(name):
-    from nicksim.search import graphs_xml
+    from nicksim.graph.search import graphs_xml
     parts = name.split(".")
     version, system, shape = ".".join(parts[:2]), parts[3], parts[4]
     env = {"NCCL_IGNORE_DISABLED_P2P": "2"}

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from nicksim.errors import UsageError
-from nicksim.sweep import ROW_FIELDS, read_grid, rows_csv, run_sweep
+from nicksim.studies.sweep import ROW_FIELDS, read_grid, rows_csv, run_sweep
 
 from conftest import run_cli
 

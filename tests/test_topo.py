@@ -4,13 +4,13 @@ import re
 import pytest
 
 from conftest import build, need_validation
-from nicksim.catalog import CATALOG
+from nicksim.topology.catalog import CATALOG
 from nicksim.constants import parse_version, topo_rules
 from nicksim.errors import TopologyError
-from nicksim.fill import FillOptions, fill_topology, ofi_nic_groups
-from nicksim.hardware import gpu_model
-from nicksim.topo import build_system, format_system, pci_gen_code
-from nicksim.xml import parse_topo_xml, read_topo_xml
+from nicksim.topology.fill import FillOptions, fill_topology, ofi_nic_groups
+from nicksim.topology.hardware import gpu_model
+from nicksim.topology.system import build_system, format_system, pci_gen_code
+from nicksim.topology.xml import parse_topo_xml, read_topo_xml
 
 
 def links_of(system, index, kind):
@@ -183,14 +183,14 @@ def test_c01_p5_file_completed_with_h100_matches_the_log():
     # "NVLS multicast support is available": the GPUs hang off NVSwitches; and the communicator shape.
     assert "NVLS multicast support is available on dev 0" in log and len(system.of_kind("NVS")) == 1
     shape = re.search(r"\[0\] NCCL INFO comm \S+ rank 0 nRanks (\d+) nNodes (\d+) localRanks (\d+)", log)
-    from nicksim.cluster import ClusterSpec, build_cluster
-    from nicksim.hardware import fabric
+    from nicksim.graph.cluster import ClusterSpec, build_cluster
+    from nicksim.topology.hardware import fabric
     cluster = build_cluster(system, paths, ClusterSpec(nodes=int(shape.group(2)), fabric=fabric("efa")))
     assert (cluster.nranks, cluster.gpus_per_node) == (int(shape.group(1)), int(shape.group(3)))
 
 
 def _closest_nets(paths, rank):
-    from nicksim.paths import local_nets
+    from nicksim.graph.paths import local_nets
     return local_nets(paths, rank)
 
 
@@ -225,9 +225,9 @@ def test_link_bandwidths_are_nccl_floats():
     # shows 370.800018); per-switch elements (5+4+4+5 links) add up to 370.799988 instead.
     from nicksim.constants import parse_version, topo_rules
     from nicksim.params import read_params
-    from nicksim.paths import compute_paths, format_nccl_paths
-    from nicksim.topo import build_system
-    from nicksim.xml import parse_topo_xml
+    from nicksim.graph.paths import compute_paths, format_nccl_paths
+    from nicksim.topology.system import build_system
+    from nicksim.topology.xml import parse_topo_xml
     gpus = "".join(
         f'<pci busid="0000:{b}:00.0" class="0x030200" vendor="0x10de" device="0x2330" subsystem_vendor="0x10de" '
         f'subsystem_device="0x16c1" link_speed="32.0 GT/s PCIe" link_width="16">'

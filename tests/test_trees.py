@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nicksim.trees import btree, dtree, format_dtree
+from nicksim.graph.trees import btree, dtree, format_dtree
 
 
 def test_worked_example_p8():

@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 
 from conftest import build, run_cli
-from nicksim.collnet import COLLNET_OFF, CollNetSetup, collnet_setup
-from nicksim.connect import connect
+from nicksim.graph.collnet import COLLNET_OFF, CollNetSetup, collnet_setup
+from nicksim.graph.connect import connect
 from nicksim.constants import MODELLED_VERSIONS, parse_version, tuning_tables
 from nicksim.params import read_params
-from nicksim.search import Graph, search_graphs
-from nicksim.tuning import (algo_time, format_thread_thresholds, format_tuning_table, thread_thresholds,
-                            time_model_modelled, time_model_rules, tune_inputs, tune_model)
+from nicksim.graph.search import Graph, search_graphs
+from nicksim.tuning.cost import (algo_time, format_thread_thresholds, format_tuning_table, thread_thresholds,
+                                 time_model_modelled, time_model_rules, tune_inputs, tune_model)
 
 
 def cost(system="dgx-h100", nodes=1, env=None, version="2.30"):

@@ -7,7 +7,7 @@ from conftest import need_validation, run_cli
 from nicksim.constants import MODELLED_VERSIONS, parse_version, tuning_tables
 from nicksim.constants.tuning_tables import ALGORITHMS, HARDWARE, PROTOCOLS
 from nicksim.params import read_params
-from nicksim.tuning import format_thread_thresholds, thread_thresholds
+from nicksim.tuning.cost import format_thread_thresholds, thread_thresholds
 
 
 def tables(line):

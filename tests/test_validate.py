@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, need_validation, run_cli
-from nicksim.validate import find_cases, load_case, run_case, summary
+from nicksim.studies.validate import find_cases, load_case, run_case, summary
 
 MiB = 1 << 20
 
@@ -107,7 +107,7 @@ def test_json_and_plots_come_out(tmp_path):
                   str(tmp_path / "plots"))
     assert out.returncode == 0, out.stderr
     doc = json.loads((tmp_path / "v.json").read_text())["engines"][0]
-    assert doc["engine"] == "model" and doc["cases"][0]["median_pct"] == pytest.approx(10.0, abs=1e-6)
+    assert doc["engine"] == "nccl" and doc["cases"][0]["median_pct"] == pytest.approx(10.0, abs=1e-6)
     assert (tmp_path / "plots" / "case.png").read_bytes()[:4] == b"\x89PNG"
 
 

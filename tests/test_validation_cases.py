@@ -58,7 +58,7 @@ def test_model_beside_measurement(case):
     for coll in collectives:
         out = run_cli("perf", coll, *system, *sweep, "--compare", str(shared / _case_file(case)))
         assert out.returncode == 0, f"{case} {coll}: {out.stderr}"
-        block = out.stdout.split("# model vs measured", 1)[1].splitlines()
+        block = out.stdout.split("# nccl vs measured", 1)[1].splitlines()
         rows = [line.split() for line in block if line.startswith("# ") and line.split()[1].isdigit()]
         assert rows, f"{case} {coll}: no size in common with the measurement"
         for r in rows:

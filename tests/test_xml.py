@@ -2,11 +2,11 @@
 import pytest
 
 from conftest import need_validation
-from nicksim.catalog import CATALOG, topology_dir
+from nicksim.topology.catalog import CATALOG, topology_dir
 from nicksim.constants import parse_version, topo_rules
 from nicksim.errors import TopologyError
-from nicksim.topo import build_system, format_system
-from nicksim.xml import dump_topo_xml, parse_topo_xml, read_topo_xml
+from nicksim.topology.system import build_system, format_system
+from nicksim.topology.xml import dump_topo_xml, parse_topo_xml, read_topo_xml
 
 
 def _files():

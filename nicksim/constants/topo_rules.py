@@ -1,17 +1,20 @@
 """Topology and path constants per NCCL release line.
 
 Every number here was read from NVIDIA/nccl at the tag of the release line
-(src/graph/topo.h, topo.cc, paths.cc); the comment on each field names what changed and when.
-`topo_rules(version)` is the only way the stages reach them.
+(src/graph/topo.h, topo.cc, paths.cc); the comment on each field names what changed and when,
+TOPO_CHANGES gives each field's value from the first release line that has it (as
+rules.RELEASE_CHANGES does for the other stages). `topo_rules(version)` is the only way the
+stages reach them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .rules import Changes, ReleaseRules, resolve, rules
 from .versions import NcclVersion
 
-__all__ = ["TopoRules", "topo_rules", "LOC_BW", "PCI_GEN_CODES", "PCI_DEFAULT_CODE",
+__all__ = ["TopoRules", "topo_rules", "TOPO_CHANGES", "LOC_BW", "PCI_GEN_CODES", "PCI_DEFAULT_CODE",
            "P2P_PER_CHANNEL_NET_BW", "P2P_NET_CHUNK_DEFAULT", "NET_STEP_US"]
 
 # topo.h, unchanged 2.18-2.30.
@@ -78,9 +81,16 @@ class TopoRules:
                                    # before, Gen4 only with identical sub-switch ids (device := 0x1000c01010000000)
     guid_strtoull: bool            # 2.28+: guid read with strtoull(…, 16); before sscanf("0x%lx") (no 0x -> 0)
     trim_removes_nets: bool        # until 2.27: a one-node communicator drops every NET (ncclTopoTrimSystem)
+    gpu_dev_nodes: bool            # 2.30: every GPU hangs below a DEV node carrying its PCIe link and NVLinks
+    net_gin_attr: bool             # 2.29: <net net="0"> is a GIN/RMA-only device, not a NET
     xml_max_nodes: int             # elements NCCL reads from one topology file: 1024 until 2.20, then 256
     xml_max_subs: int              # children per element: 32 until 2.20, 128 in 2.21-2.28, 640 from 2.29
     xml_max_attrs: int = 16        # attributes per element (xml.h MAX_ATTR_COUNT)
+
+    @property
+    def release(self) -> ReleaseRules:
+        """The release's other rules (constants/rules.py), for stages that hold a System."""
+        return rules(self.version)
 
     def path_code(self, name: str) -> int:
         return self.path_names.index(name)
@@ -103,50 +113,39 @@ class TopoRules:
         return 20.0  # NCCL falls back to the SM80 value
 
 
+# Per field: (first release line's minor, value), oldest first (resolved as rules.RELEASE_CHANGES is).
+TOPO_CHANGES: Changes = {
+    # 2.27.3 numbered PXN 6 / P2C 7; 2.27.7 (the modelled 2.27) already has P2C 6 / PXN 7.
+    "path_names": ((18, _PATHS_218), (26, _PATHS_226), (27, _PATHS_227)),
+    "link_codes": ((18, _LINKS_218), (26, _LINKS_226), (27, _LINKS_227)),
+    "sm90_nvlink_bw": ((18, 20.0), (20, 20.6)),
+    "sm100_nvlink_bw": ((18, None), (25, 40.0), (27, 40.1)),
+    "amd_sys_bw": ((18, None), (19, AMD_BW)),
+    "intel_srp_erp": ((18, False), (26, True)),
+    "c2c_link_kind": ((18, "NVL"), (26, "C2C")),
+    # 2.21: 2.22's node ids and %.1f path bandwidths, without its LOC link lines (topo.cc 2.21.5)
+    "print_style": ((18, 218), (21, 221), (22, 222), (23, 223), (26, 226)),
+    "paths_type_first": ((18, False), (30, True)),
+    "p2p_level_default": ((18, "sys-unless-intel-arm"), (23, "pxb-amd2-sys")),
+    "has_p2c": ((18, False), (27, True)),
+    "gdr_c2c_default": ((18, 0), (27, 1)),
+    "pxn_c2c_default": ((18, 0), (28, 1)),
+    "pxn_cpu_avoid_above": ((18, "PXB"), (27, "PXN")),
+    "pxn_requires_gdr": ((18, False), (30, True)),
+    "gdr_check_below_phb_only": ((18, False), (21, True)),  # absent in 2.20.5, present in 2.21.5
+    "local_net_mod_gpus": ((18, False), (30, True)),
+    "bcm_gen5": ((18, False), (20, True)),
+    "guid_strtoull": ((18, False), (28, True)),
+    "trim_removes_nets": ((18, True), (28, False)),
+    "gpu_dev_nodes": ((18, False), (30, True)),
+    "net_gin_attr": ((18, False), (29, True)),
+    "xml_max_nodes": ((18, 1024), (21, 256)),
+    "xml_max_subs": ((18, 32), (21, 128), (29, 640)),
+    "xml_max_attrs": ((18, 16),),
+}
+
+
 @lru_cache(maxsize=None)
 def topo_rules(version: NcclVersion) -> TopoRules:
     """The TopoRules of a modelled release line."""
-    minor = version.minor
-    if minor >= 27:
-        # 2.27.3 numbered PXN 6 / P2C 7; 2.27.7 (the modelled 2.27) already has P2C 6 / PXN 7.
-        paths = _PATHS_227
-    elif minor >= 26:
-        paths = _PATHS_226
-    else:
-        paths = _PATHS_218
-    links = _LINKS_227 if minor >= 27 else _LINKS_226 if minor >= 26 else _LINKS_218
-    if minor >= 26:
-        style = 226
-    elif minor >= 23:
-        style = 223
-    elif minor == 22:
-        style = 222
-    elif minor == 21:
-        style = 221  # 2.22's node ids and %.1f path bandwidths, without its LOC link lines (topo.cc 2.21.5)
-    else:
-        style = 218
-    return TopoRules(
-        version=version,
-        path_names=paths,
-        link_codes=links,
-        sm90_nvlink_bw=20.6 if minor >= 20 else 20.0,
-        sm100_nvlink_bw=40.1 if minor >= 27 else 40.0 if minor >= 25 else None,
-        amd_sys_bw=AMD_BW if minor >= 19 else None,
-        intel_srp_erp=minor >= 26,
-        c2c_link_kind="C2C" if minor >= 26 else "NVL",
-        print_style=style,
-        paths_type_first=minor >= 30,
-        p2p_level_default="pxb-amd2-sys" if minor >= 23 else "sys-unless-intel-arm",
-        has_p2c=minor >= 27,
-        gdr_c2c_default=1 if minor >= 27 else 0,
-        pxn_c2c_default=1 if minor >= 28 else 0,
-        pxn_cpu_avoid_above="PXN" if minor >= 27 else "PXB",
-        pxn_requires_gdr=minor >= 30,
-        gdr_check_below_phb_only=minor >= 21,  # absent in 2.20.5, present in 2.21.5
-        local_net_mod_gpus=minor >= 30,
-        bcm_gen5=minor >= 20,
-        guid_strtoull=minor >= 28,
-        trim_removes_nets=minor <= 27,
-        xml_max_nodes=1024 if minor <= 20 else 256,
-        xml_max_subs=32 if minor <= 20 else 640 if minor >= 29 else 128,
-    )
+    return TopoRules(version=version, **resolve(TOPO_CHANGES, version.minor))

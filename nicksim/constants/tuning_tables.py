@@ -14,7 +14,9 @@ column (1 node, 2 nodes, more). Latencies are in microseconds, bandwidths in GB/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
+from .rules import Changes, resolve
 from .versions import NcclVersion
 
 __all__ = [
@@ -25,6 +27,10 @@ __all__ = [
     "NET_OVERHEAD_SIMPLE_POSTS",
     "TuningTables",
     "tuning_tables",
+    "TUNING_CHANGES",
+    "TimeModelRules",
+    "time_model_rules",
+    "TIME_MODEL_CHANGES",
 ]
 
 ALGORITHMS: tuple[str, ...] = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -429,26 +435,114 @@ def _tag(version: NcclVersion) -> str:
     return f"src/graph/tuning.cc, NCCL v{version}-1"
 
 
+# Per table: (first release line's minor, table), oldest first (resolved as rules.RELEASE_CHANGES is).
+TUNING_CHANGES: Changes = {
+    "algorithms": ((18, ALGORITHMS[:6]), (23, ALGORITHMS)),  # PAT from 2.23
+    "base_lat_us": ((18, _BASE_LAT_218), (19, _BASE_LAT_219), (23, _BASE_LAT_223), (28, _BASE_LAT_228)),
+    "hw_lat_us": ((18, _HW_LAT_218), (19, _HW_LAT_219), (21, _HW_LAT_221), (23, _HW_LAT_223), (28, _HW_LAT_228)),
+    "ll_max_bw_gbps": ((18, _LL_MAX_218), (21, _LL_MAX_221), (25, _LL_MAX_225)),
+    "per_ch_max_ring_ll128_bw_gbps": ((18, _RING_LL128_218), (25, _RING_LL128_225), (28, _RING_LL128_228),
+                                      (29, _RING_LL128_229)),
+    "per_ch_max_tree_ll128_bw_gbps": ((18, _TREE_LL128_218), (25, _TREE_LL128_225), (28, _TREE_LL128_228)),
+    "per_ch_max_tree_bw_gbps": ((18, _TREE_218), (25, _TREE_225), (28, _TREE_228)),
+    "per_ch_max_nvls_tree_bw_gbps": ((18, None), (28, _NVLS_TREE_228), (30, _NVLS_TREE_230)),
+    "nvls_efficiency": ((18, None), (28, _NVLS_EFFICIENCY_228)),
+    "tree_correction_factor": ((18, _TREE_CORRECTION_218), (29, _TREE_CORRECTION_229)),
+}
+
+
 def tuning_tables(version: NcclVersion) -> TuningTables:
     """The tuning tables of a modelled NCCL release line."""
-    minor = version.minor
-    algorithms = ALGORITHMS if minor >= 23 else ALGORITHMS[:6]
-    base = _BASE_LAT_228 if minor >= 28 else _BASE_LAT_223 if minor >= 23 else _BASE_LAT_219 if minor >= 19 else _BASE_LAT_218
-    hw = (_HW_LAT_228 if minor >= 28 else _HW_LAT_223 if minor >= 23 else _HW_LAT_221 if minor >= 21
-          else _HW_LAT_219 if minor >= 19 else _HW_LAT_218)
-    return TuningTables(
-        version=version,
-        source=_tag(version),
-        algorithms=algorithms,
-        base_lat_us=base,
-        hw_lat_us=hw,
-        ll_max_bw_gbps=_LL_MAX_225 if minor >= 25 else _LL_MAX_221 if minor >= 21 else _LL_MAX_218,
-        per_ch_max_ring_ll128_bw_gbps=(_RING_LL128_229 if minor >= 29 else _RING_LL128_228 if minor >= 28
-                                       else _RING_LL128_225 if minor >= 25 else _RING_LL128_218),
-        per_ch_max_tree_ll128_bw_gbps=(_TREE_LL128_228 if minor >= 28 else _TREE_LL128_225 if minor >= 25
-                                       else _TREE_LL128_218),
-        per_ch_max_tree_bw_gbps=_TREE_228 if minor >= 28 else _TREE_225 if minor >= 25 else _TREE_218,
-        per_ch_max_nvls_tree_bw_gbps=_NVLS_TREE_230 if minor >= 30 else _NVLS_TREE_228 if minor >= 28 else None,
-        nvls_efficiency=_NVLS_EFFICIENCY_228 if minor >= 28 else None,
-        tree_correction_factor=_TREE_CORRECTION_229 if minor >= 29 else _TREE_CORRECTION_218,
-    )
+    return TuningTables(version=version, source=_tag(version), **resolve(TUNING_CHANGES, version.minor))
+
+
+@dataclass(frozen=True)
+class TimeModelRules:
+    """How one release's tuning.cc prices collectives, beyond its tables (ncclTopoTuneModel and
+    ncclTopoGetAlgoTime of the tag the release line was read from; see docs/tuning.md)."""
+
+    version: NcclVersion
+    # Algorithms priced for AllGather and ReduceScatter: the ring only in 2.18, NVLS from 2.19,
+    # CollNet Direct from 2.20, PAT from 2.23.
+    ag_rs_algorithms: tuple[str, ...]
+    # NVLS bandwidth: "graph" (2.18: the graph's bandwidth, x5/6; NVLS Tree x0.7 nNodes / 2(nNodes-1)),
+    # "min" (2.19-2.26: min(bwIntra, bwInter), NVLS Tree min(bwIntra, bwInter or bwInter/2), both x5/6),
+    # "min_ag_rs" (2.27: AllGather/ReduceScatter min(bwIntra (ppn-1)/ppn, 0.9 bwInter)),
+    # "efficiency" (2.28+: nvlsEfficiency x (nCh-1)/nCh, x2 for AllReduce, NVLS Tree cap, x nRanks/nsteps).
+    nvls_bw: str
+    # Ring LL at 1/4 of the bus bandwidth (1/3 for one-node Broadcast, AllGather, ReduceScatter) until 2.20.
+    ring_ll_quarter: bool
+    # Ring LL128 at x0.7 instead of x0.92 with one GPU per node (2.18-2.22).
+    ring_ll128_one_gpu_penalty: bool
+    # PAT bandwidth factor: 0.85 in 2.23, 0.75 from 2.24 (no PAT before 2.23).
+    pat_bw_factor: float
+    # PAT needs SM60 even when NCCL_PAT_ENABLE forces it (2.26+).
+    pat_needs_sm60: bool
+    # PAT latency starts from a literal 8 us (2.23-2.27, whose baseLat has no PAT row) or baseLat (2.28+).
+    pat_literal_base: bool
+    # CollNet Direct arity serialisation per local rank: 0.5 us in 2.18, 0.4 us from 2.19.
+    collnet_arity_us: float
+    # CollNet Direct AllGather/ReduceScatter bandwidth: "interp" (2.20-2.26: ppn x bwIntra, x0.95 at one GPU
+    # per node to x0.85 at eight), "min" (2.27+: ppn x min(bwIntra, 0.9 bwInter), and NVLS and CollNet Direct
+    # across nodes need the plugin's collective and a head per local rank); None before 2.20 (not priced).
+    collnet_ag_rs_bw: str | None
+    # 2.18 prices NVLS as baseLat + the NET latency, NVLS Tree as baseLat + 2(nNodes-1) NET latencies.
+    nvls_base_latency: bool
+    # With one GPU per node the network latency is the Tree's (2.23+).
+    tree_net_latency_at_one_gpu: bool
+    # A ring AllReduce crosses the network 2 nNodes times until 2.22, 2(nNodes-1) from 2.23.
+    ring_allreduce_inter_steps_2n: bool
+    # Only the ring converts AllGather/ReduceScatter bus bandwidth to algorithm bandwidth (2.23+).
+    ag_rs_convert_ring_only: bool
+    # NCCL_ALGO / NCCL_PROTO per function (`allreduce:tree;...`, 2.24+) instead of one list.
+    per_function_lists: bool
+    # comm->ringbdw: the ring's bandwidth kept for a collective left without algorithm (2.19-2.23);
+    # from 2.22 a disabled protocol is dropped from it too.
+    ring_backup: bool
+    ring_backup_follows_proto: bool
+    # 2.18 never disables the ring outside AllReduce ("to run real apps with NCCL_ALGO=TREE").
+    ring_kept_outside_allreduce: bool
+    # NCCL_ALGO naming only CollNet algorithms falls back to ring and tree (until 2.23).
+    collnet_only_fallback: bool
+    # Hosts of mixed CPU vendors take the AMD row of llMaxBws (2.24+).
+    mixed_vendor_as_amd: bool
+    # LL128 by default: the SMs listed (until 2.26), or any SM >= 70 with NCCL_LL128_C2C (None, 2.27+).
+    ll128_sms: tuple[int, ...] | None
+    # LL128 on mixed SMs when all are SM90+ (2.30).
+    ll128_mixed_sm90: bool
+    # NVLS Tree AllReduce takes the tree correction factor on SM100 x86 hosts (2.29+).
+    nvls_tree_correction: bool
+
+
+# Per rule: (first release line's minor, value), oldest first (tuning.cc at each tag; see TimeModelRules).
+TIME_MODEL_CHANGES: Changes = {
+    "ag_rs_algorithms": ((18, ("Ring",)), (19, ("Ring", "NVLS")), (20, ("Ring", "NVLS", "CollNetDirect")),
+                         (23, ("Ring", "NVLS", "CollNetDirect", "PAT"))),
+    "nvls_bw": ((18, "graph"), (19, "min"), (27, "min_ag_rs"), (28, "efficiency")),
+    "ring_ll_quarter": ((18, True), (21, False)),
+    "ring_ll128_one_gpu_penalty": ((18, True), (23, False)),
+    "pat_bw_factor": ((18, 0.75), (23, 0.85), (24, 0.75)),
+    "pat_needs_sm60": ((18, False), (26, True)),
+    "pat_literal_base": ((18, True), (28, False)),
+    "collnet_arity_us": ((18, 0.5), (19, 0.4)),
+    "collnet_ag_rs_bw": ((18, None), (20, "interp"), (27, "min")),
+    "nvls_base_latency": ((18, True), (19, False)),
+    "tree_net_latency_at_one_gpu": ((18, False), (23, True)),
+    "ring_allreduce_inter_steps_2n": ((18, True), (23, False)),
+    "ag_rs_convert_ring_only": ((18, False), (23, True)),
+    "per_function_lists": ((18, False), (24, True)),
+    "ring_backup": ((18, False), (19, True), (24, False)),
+    "ring_backup_follows_proto": ((18, False), (22, True), (24, False)),
+    "ring_kept_outside_allreduce": ((18, True), (19, False)),
+    "collnet_only_fallback": ((18, True), (24, False)),
+    "mixed_vendor_as_amd": ((18, False), (24, True)),
+    "ll128_sms": ((18, (70, 80, 90)), (25, (70, 80, 90, 100, 120)), (27, None)),
+    "ll128_mixed_sm90": ((18, False), (30, True)),
+    "nvls_tree_correction": ((18, False), (29, True)),
+}
+
+
+@lru_cache(maxsize=None)
+def time_model_rules(version: NcclVersion) -> TimeModelRules:
+    """The time-model rules of one modelled release line, read from its tuning.cc."""
+    return TimeModelRules(version=version, **resolve(TIME_MODEL_CHANGES, version.minor))

@@ -18,25 +18,24 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .calls import DTYPES, REDOPS, Call
-from .connect import format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels, \
-    p2p_chunk_nbytes
-from .logs import Identity, LogSink
-from .params import KNOBS
-from .search import format_graph
-from .transports import connection_lines, ring_links, tree_links
-from .trees import dtree
-from .tuning import format_thread_thresholds, format_tuning_table, thread_thresholds
-from .constants import tuning_tables
+from ..calls import DTYPES, REDOPS, Call
+from ..constants import tuning_tables
+from ..graph.connect import (format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels,
+                             p2p_chunk_nbytes)
+from ..graph.search import format_graph
+from ..graph.transports import connection_lines, ring_links, tree_links
+from ..graph.trees import dtree
+from ..params import KNOBS, Params, debug_ranks
+from ..tuning.cost import format_thread_thresholds, format_tuning_table, thread_thresholds
+from .logs import Identity, LogSink, debug_config
 
-__all__ = ["Line", "JobLogger", "rank_identity", "init_lines", "connect_lines", "call_lines", "destroy_line", "emit_lines",
-           "comm_pointer", "RUNTIME_CONNECT_MINOR", "runtime_connect", "setting_lines"]
+__all__ = ["Line", "JobLogger", "job_logger", "search_lines", "rank_identity", "init_lines", "connect_lines", "call_lines", "destroy_line", "emit_lines",
+           "comm_pointer", "runtime_connect", "setting_lines"]
 
 Line = tuple[str, str, str]  # (level, subsystem, text)
 
 # debug.cc reads NCCL_DEBUG* itself, without a line; NICKSIM_* are nicksim's own, TORCH_* PyTorch's.
 _UNLOGGED = ("NCCL_DEBUG", "NICKSIM_", "TORCH_")
-RUNTIME_CONNECT_MINOR = 22  # init.cc 2.22: NCCL_RUNTIME_CONNECT=1 connects an algorithm at its first call
 
 def _read_as_string(name: str) -> bool:
     """Whether NCCL reads `name` as a string (ncclGetEnv): its line has no trailing period, unlike an
@@ -48,7 +47,7 @@ def _read_as_string(name: str) -> bool:
 def runtime_connect(job) -> bool:
     """init.cc (2.22+): runtimeConn = cuMem in use && NCCL_RUNTIME_CONNECT (default 1): connections
     are made at an algorithm's first call instead of during init."""
-    return job.system.rules.version.at_least(RUNTIME_CONNECT_MINOR) and job.params.get("NCCL_CUMEM_ENABLE") != 0
+    return job.system.rules.release.runtime_connect and job.params.get("NCCL_CUMEM_ENABLE") != 0
 
 
 def rank_identity(job, rank: int) -> Identity:
@@ -77,7 +76,7 @@ def _net_lines(job, rank: int) -> list[Line]:
     system = job.paths.node_system
     nets = [system.nodes[n].net for n in system.nets()]
     plugin = job.paths.net_plugin
-    if job.nodes == 1 and not job.system.rules.version.at_least(28):
+    if job.nodes == 1 and not job.system.rules.release.one_node_net_lines:
         return []  # before 2.28 a one-node job never loads a network (topology without NICs)
     node = rank // len(system.gpus())
     oob = f"eth0:10.1.{node}.1<0>"
@@ -127,14 +126,14 @@ def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None,
     the IB port its NET uses instead of sockets."""
     paths, graphs = job.paths, job.graphs
     version = job.system.rules.version
+    release = job.system.rules.release
     per_node = len(paths.node_system.gpus())
     node, local = divmod(rank, per_node)
     nranks = job.nranks
     comm = comm_pointer(rank)
     boot = f"{interfaces[0][0]}:{interfaces[0][1]}" if interfaces else f"eth0:10.1.{node}.1"
     # bootstrap.cc: "Bootstrap : Using" under INIT to 2.22, BOOTSTRAP from 2.23, no space from 2.24
-    colon = ":" if version.at_least(24) else " :"
-    lines: list[Line] = [("INFO", "BOOTSTRAP" if version.at_least(23) else "INIT", f"Bootstrap{colon} Using {boot}<0>")]
+    lines: list[Line] = [("INFO", release.bootstrap_subsys, f"Bootstrap{release.bootstrap_colon} Using {boot}<0>")]
     lines.append(("VERSION", "ALL", f"NCCL version {version}"))  # JobLogger keeps it where NCCL prints it
     lines += _socket_lines(interfaces, ib_port) if interfaces else _net_lines(job, rank)
     start = _init_text(job, rank, "START")
@@ -143,7 +142,7 @@ def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None,
     string_set = [n for n in sorted(job.params.values) if _read_as_string(n)]
     lines += setting_lines(job.params, string_set)
     affinity = _affinity(job, local)
-    if affinity and not version.at_least(28):
+    if affinity and not release.affinity_ranges:
         lines.append(("INFO", "INIT", f"Setting affinity for GPU {local} to {affinity}"))
     elif affinity:  # topo.cc 2.28: ranges, with the process's own (unpinned here: every CPU)
         ranges = _mask_ranges(affinity)
@@ -151,7 +150,7 @@ def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None,
                                       f"= {ranges} ; CPU affinity = {_mask_ranges(_all_cpus(job))})."))
     if "nvls" in graphs and graphs["nvls"].n_channels > 0:
         lines.append(("INFO", "INIT", f"NVLS multicast support is available on dev {local}"))
-    mnnvl = " MNNVL 0" if version.at_least(21) else ""
+    mnnvl = " MNNVL 0" if release.init_mnnvl else ""
     lines.append(("INFO", "INIT", f"comm {comm} rank {rank} nRanks {nranks} nNodes {job.nodes} localRanks "
                                   f"{per_node} localRank {local}{mnnvl}"))
     for graph in graphs.values():
@@ -173,9 +172,8 @@ def init_lines(job, rank: int, interfaces: list[tuple[str, str]] | None = None,
     p2p = p2p_channels(paths, channels.n_channels, job.nodes, job.params, rank)
     lines.append(("INFO", "INIT", format_channel_counts(version.minor, channels.n_channels, channels.nvls_channels,
                                                         p2p, job.collnet.enabled)))
-    if rank == 0 and version.at_least(22):  # init.cc devCommSetup; the multi-GPU CC field left in 2.24
-        multi = "" if version.at_least(24) else ", Multi-GPU CC Off"
-        lines.append(("INFO", "INIT", f"CC Off{multi}, workFifoBytes {_WORK_FIFO_NBYTES}"))
+    if rank == 0 and release.cc_line:  # init.cc devCommSetup; the multi-GPU CC field left in 2.24
+        lines.append(("INFO", "INIT", f"{release.cc_line}, workFifoBytes {_WORK_FIFO_NBYTES}"))
     lines.append(("INFO", "INIT", _init_text(job, rank, "COMPLETE")))
     return lines
 
@@ -185,17 +183,15 @@ _WORK_FIFO_NBYTES = 1 << 20  # init.cc NCCL_WORK_FIFO_BYTES_DEFAULT (2.22-2.30)
 
 def _init_text(job, rank: int, phase: str) -> str | None:
     """init.cc's Init START / COMPLETE line in the release's wording (2.18 has no START)."""
-    version = job.system.rules.version
+    style = job.system.rules.release.init_line_style
     per_node = len(job.paths.node_system.gpus())
     local = rank % per_node
     comm, bus = comm_pointer(rank), _bus_id(job, rank)
-    if not version.at_least(19):
+    if style == "2.18":
         return None if phase == "START" else (f"comm {comm} rank {rank} nranks {job.nranks} cudaDev {local} "
                                               f"busId {bus} commId {_COMM_ID} - Init COMPLETE")
-    head = "" if version.at_least(21) else "comm"
-    if version.at_least(21):
-        head = "ncclCommInitRank comm"
-    if version.at_least(29) and phase == "START":
+    head = "comm" if style == "2.19" else "ncclCommInitRank comm"
+    if style == "2.29" and phase == "START":
         head = f"[Rank {rank}] ncclCommInitRank comm"
     return (f"{head} {comm} rank {rank} nranks {job.nranks} cudaDev {local} nvmlDev {local} busId {bus} "
             f"commId {_COMM_ID} - Init {phase}")
@@ -250,7 +246,7 @@ def connect_lines(job, rank: int, algorithm: str) -> list[Line]:
     if algorithm == "Ring":
         text = connection_lines(paths, graphs["ring"], ring_links(channels), rank, job.nodes)
         done = "Connected all rings"
-        if job.system.rules.version.at_least(24):  # generic.cc: whether any ring send used PXN, all used GDR
+        if job.system.rules.release.ring_pxn_gdr_summary:  # generic.cc: whether any ring send used PXN, all used GDR
             net = [t for t in text if " via NET/" in t]
             pxn = any("[send]" in t and "(" in t.split(" via NET/")[1].split("/GDRDMA")[0] for t in net)
             gdr = all("/GDRDMA" in t for t in net)
@@ -273,12 +269,12 @@ def _nvls_lines(job, rank: int) -> list[Line]:
     heads = [h[0] for h in nvls_heads(job.graphs, 1, per_node)]
     if not heads:
         return []
-    version = job.system.rules.version
+    release = job.system.rules.release
     comm_state = job.comm
     head_rank = heads.index(local) if local in heads else -1
     buff = comm_state.nvls_chunk_nbytes * 8  # NCCL_STEPS slots of the NVLS chunk
     per_rank = comm_state.nvls_channels * 2 * buff
-    ranks = f" nvlsRanks {per_node}" if version.at_least(27) else ""
+    ranks = f" nvlsRanks {per_node}" if release.nvls_ranks_in_buffer_line else ""
     lines: list[Line] = [("INFO", "INIT|NVLS", f"NVLS comm {comm_pointer(rank)} headRank {head_rank} nHeads "
                                                f"{len(heads)}{ranks} buffSize {buff} nvlsPerRankSize {per_rank} "
                                                f"nvlsTotalSize {per_rank * len(heads)}")]
@@ -314,7 +310,7 @@ def call_lines(call: Call, op_count: int, rank: int, in_place: bool = False, com
     op = REDOPS.index(call.redop) if call.redop in REDOPS else 0
     stream = f"0x55{0x7b0000 + rank:x}0"
     tail = f"comm {comm_pointer(rank, comm)} [nranks={call.nranks}] stream {stream}"
-    if call.collective in ("alltoall", "sendrecv"):
+    if call.info.p2p:
         if call.collective == "sendrecv":
             peers = [((rank + 1) % call.nranks, (rank - 1) % call.nranks)]
         else:
@@ -335,7 +331,7 @@ def call_lines(call: Call, op_count: int, rank: int, in_place: bool = False, com
 def destroy_line(job, rank: int) -> Line:
     """init.cc commFree's last line (under the DESTROY flag from 2.30, which NCCL does not log by default)."""
     per_node = len(job.paths.node_system.gpus())
-    subsys = "DESTROY" if job.system.rules.version.at_least(30) else "INIT"
+    subsys = job.system.rules.release.destroy_subsys
     return ("INFO", subsys, f"comm {comm_pointer(rank)} rank {rank} nranks {job.nranks} cudaDev {rank % per_node} "
                             f"busId {_bus_id(job, rank)} - Destroy COMPLETE")
 
@@ -348,11 +344,12 @@ def emit_lines(sink: LogSink, who: Identity, lines: Iterable[Line]) -> None:
 class JobLogger:
     """One job's NCCL_DEBUG output over a run: init on every logged rank, then each call's lines on
     each logged rank, with 2.22+'s runtime connections before an algorithm's first call, and the
-    communicator's destruction. Logged ranks are `ranks` (all by default)."""
+    communicator's destruction. Logged ranks are `ranks` (all by default); `warnings` are what
+    reading the NCCL_DEBUG settings said."""
 
     def __init__(self, job, sink: LogSink, ranks: Iterable[int] | None = None,
-                 who: dict[int, Identity] | None = None):
-        self.job, self.sink = job, sink
+                 who: dict[int, Identity] | None = None, warnings: tuple[str, ...] = ()):
+        self.job, self.sink, self.warnings = job, sink, tuple(warnings)
         self.ranks = tuple(range(job.nranks) if ranks is None else (r for r in ranks if 0 <= r < job.nranks))
         self.op_count = 0
         self.connected: set[str] = set()
@@ -399,3 +396,44 @@ class JobLogger:
             return
         for rank in self.ranks:
             emit_lines(self.sink, self.who[rank], [destroy_line(self.job, rank)])
+
+
+def job_logger(job, params: Params) -> JobLogger:
+    """The NCCL_DEBUG output of a simulated job: the ranks NICKSIM_DEBUG_RANKS names (all by
+    default), with the warnings reading NCCL_DEBUG* gave in `warnings`."""
+    config = debug_config(params, job.system.rules.version.minor)
+    return JobLogger(job, LogSink(config), debug_ranks(params, job.nranks), warnings=tuple(config.warnings))
+
+
+def search_lines(job, print_tuning: bool = False) -> tuple[list[str], list[str]]:
+    """(notes, lines) of `nicksim search`: NCCL's graph search lines for the job's rank
+    (ncclTopoPrintGraph per graph), then what that rank prints at init as NCCL orders it: NVLS
+    heads, rings and trees, the TUNING table (rank 0, where asked or NCCL_DEBUG_SUBSYS has
+    TUNING), the P2P chunk, thread thresholds, channel counts and every ring and tree connection
+    as NCCL sets them up eagerly. A note that applies to every graph is said once."""
+    paths, graphs, spec = job.paths, job.graphs, job.spec
+    notes = list(dict.fromkeys(note for graph in graphs.values() for note in graph.notes))
+    lines = [text for graph in graphs.values() for text in format_graph(paths, graph)]
+    if len(paths.system.gpus()) != len(paths.node_system.gpus()):
+        notes.append(f"rank {spec.rank} sees {len(paths.system.gpus())} of the node's {len(paths.node_system.gpus())} "
+                     "GPUs (NCCL splits the node into domains); channels across such domains are not modelled yet")
+        return notes, lines
+    channels, per_node = job.channels, len(paths.node_system.gpus())
+    heads = nvls_heads(graphs, spec.nodes, per_node)
+    lines += format_nvls_heads(heads, spec.nodes, spec.rank // per_node)
+    lines += format_channels(channels, paths.system.rules.version.minor)
+    tables = tuning_tables(paths.system.rules.version)
+    subsystems = debug_config(job.params, tables.version.minor).subsystems  # NCCL_DEBUG_SUBSYS, as debug.cc reads it
+    if (print_tuning or "TUNING" in subsystems) and spec.rank == 0:
+        lines += format_tuning_table(job.comm.table)
+    lines.append(f"P2P Chunksize set to {p2p_chunk_nbytes(paths, spec.nodes, job.params)}")
+    lines.append(format_thread_thresholds(thread_thresholds(tables, channels.nranks, job.params)))
+    p2p = p2p_channels(paths, channels.n_channels, spec.nodes, job.params, spec.rank)
+    lines.append(format_channel_counts(tables.version.minor, channels.n_channels, channels.nvls_channels, p2p,
+                                       job.collnet.enabled))
+    # Connections as NCCL sets them up eagerly (NCCL_RUNTIME_CONNECT=0): rings, then trees.
+    lines += (connection_lines(paths, graphs["ring"], ring_links(channels), spec.rank, spec.nodes)
+              + ["Connected all rings"]
+              + connection_lines(paths, graphs["tree"], tree_links(channels), spec.rank, spec.nodes)
+              + ["Connected all trees"])
+    return notes, lines

@@ -16,7 +16,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterable, Mapping
+from typing import IO, Iterable
+
+from ..constants.rules import rules_for_minor
 
 __all__ = ["LEVELS", "SUBSYSTEMS", "DEFAULT_SUBSYS", "DebugConfig", "Identity", "LogLine", "LogSink", "JobLog", "default_subsys",
            "debug_config", "format_line", "parse_line", "read_job_log", "expand_debug_file", "line_kind"]
@@ -25,19 +27,15 @@ __all__ = ["LEVELS", "SUBSYSTEMS", "DEFAULT_SUBSYS", "DebugConfig", "Identity", 
 LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 _LEVEL_RANK = {name: i + 1 for i, name in enumerate(LEVELS)}
 
-# debug.cc: NCCL_DEBUG_SUBSYS names, with the release line that first accepts each (nccl_common.h;
-# the ones present by 2.17 are given as 2.17). ALL is every bit.
-SUBSYSTEMS: Mapping[str, int] = {
-    "INIT": 17, "COLL": 17, "P2P": 17, "SHM": 17, "NET": 17, "GRAPH": 17, "TUNING": 17, "ENV": 17, "ALLOC": 17,
-    "CALL": 17, "NVLS": 17, "PROXY": 18, "BOOTSTRAP": 21, "REG": 21, "PROFILE": 22, "RAS": 24, "DESTROY": 30,
-    "ALLOC_HOST": 30,
-}
-# debug.cc: with NCCL_DEBUG_SUBSYS unset, INIT and ENV (to 2.22), INIT, BOOTSTRAP and ENV (2.23 on).
-DEFAULT_SUBSYS = "INIT,BOOTSTRAP,ENV"
+# debug.cc: the NCCL_DEBUG_SUBSYS names of the newest release (ReleaseRules.debug_subsystems has
+# each release's; ALL is every bit) and its default with NCCL_DEBUG_SUBSYS unset (INIT and ENV to
+# 2.22, INIT, BOOTSTRAP and ENV from 2.23).
+SUBSYSTEMS: tuple[str, ...] = rules_for_minor(None).debug_subsystems
+DEFAULT_SUBSYS = rules_for_minor(None).debug_subsys_default
 
 
 def default_subsys(version_minor: int | None) -> str:
-    return "INIT,ENV" if version_minor is not None and version_minor <= 22 else DEFAULT_SUBSYS
+    return rules_for_minor(version_minor).debug_subsys_default
 
 
 @dataclass(frozen=True)
@@ -70,19 +68,20 @@ class DebugConfig:
     @property
     def info_version(self) -> bool:
         """init.cc showVersion from 2.22: at INFO and above the version is an INFO line of every rank."""
-        return self.level >= _LEVEL_RANK["INFO"] and (self.version_minor is None or self.version_minor >= 22)
+        return self.level >= _LEVEL_RANK["INFO"] and rules_for_minor(self.version_minor).version_info_line
 
 
 def _subsystems(text: str, version_minor: int | None) -> tuple[frozenset[str], tuple[str, ...]]:
     """debug.cc's mask: `^` starts from every bit and clears the names; unknown names are skipped
     (to 2.29; a mask of none hides even WARN lines) or void the whole value for the default (2.30)."""
-    known = {name for name, since in SUBSYSTEMS.items() if version_minor is None or version_minor >= since}
+    release = rules_for_minor(version_minor)
+    known = set(release.debug_subsystems)
     invert = text.startswith("^")
     names = [n.strip().upper() for n in text.lstrip("^").split(",") if n.strip()]
     unknown = [n for n in names if n != "ALL" and n not in known]
     if unknown:
         valid = f"valid: {', '.join(sorted(known))}, ALL; ^ inverts"
-        if version_minor is None or version_minor >= 30:
+        if release.debug_subsys_unknown_voids:
             fallback, _ = _subsystems(default_subsys(version_minor), version_minor)
             return fallback, (f"NCCL_DEBUG_SUBSYS={text}: {', '.join(unknown)} not a subsystem; NCCL uses its "
                               f"default {default_subsys(version_minor)} ({valid})",)
@@ -193,7 +192,7 @@ class LogSink:
 
     def close(self) -> list[str]:
         """Write the files NCCL_DEBUG_FILE named; their names."""
-        from .errors import UsageError
+        from ..errors import UsageError
         for name, lines in self.files.items():
             try:
                 Path(name).write_text("\n".join(lines) + "\n", encoding="utf-8")

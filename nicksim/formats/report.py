@@ -16,10 +16,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .calls import COLLECTIVES, DTYPES, call_for_size, collective_name, dtype_name, known_collective
-from .errors import UsageError
+from ..calls import COLLECTIVE_TABLE, COLLECTIVES, DTYPES, call_for_size, collective_name, dtype_name, known_collective
+from ..errors import UsageError
 
 __all__ = [
+    "run_header",
+    "step_text",
     "NCCL_TESTS_LATEST",
     "COLLECTIVES",
     "DTYPE_NBYTES",
@@ -47,9 +49,6 @@ NCCL_TESTS_LATEST = "2.19.6"
 # nccl-tests' type names and sizes, with the `char`/`int` spellings of old logs.
 DTYPE_NBYTES: dict[str, int] = {**DTYPES, "char": 1, "int": 4}
 
-_PER_RANK = {"all_gather", "reduce_scatter", "alltoall"}  # size column = per-rank count x nranks
-_NO_REDOP = {"all_gather", "broadcast", "alltoall"}  # TimeTest is called with opName "none"
-_ROOTED = {"broadcast", "reduce"}  # every other binary passes root -1
 
 # Layout changes, as nccl-tests tags them.
 _V_FIRST = (2, 13, 0)  # before: per-collective headers with an `error` column
@@ -125,13 +124,7 @@ def _dtype_nbytes(dtype: str) -> int:
 def bus_factor(collective: str, nranks: int) -> float:
     """busbw / algbw as nccl-tests computes it (doc/PERFORMANCE.md, <coll>GetBw): 2(n-1)/n for
     all_reduce; (n-1)/n for all_gather, reduce_scatter and alltoall; 1 otherwise."""
-    name = collective_name(collective)
-    n = _ranks(nranks)
-    if name == "all_reduce":
-        return 2 * (n - 1) / n
-    if name in _PER_RANK:
-        return (n - 1) / n
-    return 1.0
+    return COLLECTIVE_TABLE[collective_name(collective)].bus_factor(_ranks(nranks))
 
 
 def size_and_count(collective: str, requested_nbytes: int, dtype: str, nranks: int) -> tuple[int, int]:
@@ -176,8 +169,9 @@ def result_row(collective: str, nranks: int, requested_nbytes: int, dtype: str, 
     nbytes, count = size_and_count(name, requested_nbytes, dtype, nranks)
     out = measurement(name, nranks, nbytes, time_us, nwrong)
     inp = measurement(name, nranks, nbytes, inplace_time_us, nwrong) if inplace_time_us is not None else None
-    return ResultRow(nbytes, count, dtype, "none" if name in _NO_REDOP else redop,
-                     root if name in _ROOTED else -1, out, inp, plan)
+    info = COLLECTIVE_TABLE[name]
+    return ResultRow(nbytes, count, dtype, redop if info.prints_redop else "none", root if info.rooted else -1, out,
+                     inp, plan)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +301,19 @@ def format_table(collective: str, rows, *, version: str = NCCL_TESTS_LATEST, thr
     rows = list(rows)
     return (table_header(version) + [format_row(row, version, index=i) for i, row in enumerate(rows)]
             + table_footer(collective, rows, version=version, threads=threads))
+
+
+def run_header(min_nbytes: int, max_nbytes: int, step: str, warmup_iters: int, iters: int, agg_iters: int,
+               check: int) -> str:
+    """nccl-tests' line about the run before its table (common.cu, one thread and one GPU per
+    process): `# nThread 1 nGpus 1 minBytes ... step: 2(factor) ... graph: 0`."""
+    return (f"# nThread 1 nGpus 1 minBytes {min_nbytes} maxBytes {max_nbytes} step: {step} warmup iters: "
+            f"{warmup_iters} iters: {iters} agg iters: {agg_iters} validation: {check} graph: 0")
+
+
+def step_text(step_factor: int | None, step_nbytes: int | None) -> str:
+    """How nccl-tests prints its size step: `2(factor)` for -f, `1024(bytes)` for -i."""
+    return f"{step_nbytes}(bytes)" if step_nbytes is not None else f"{step_factor or 2}(factor)"
 
 
 def table_header(version: str = NCCL_TESTS_LATEST) -> list[str]:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .errors import UsageError
-from .hardware import Fabric
+from ..errors import UsageError
+from ..topology.hardware import Fabric
 from .paths import Paths, local_net, p2p_net
-from .topo import System
+from ..topology.system import System
 
 __all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "fabric_routes", "Route", "format_cluster"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .params import Params
+from ..params import Params
 from .search import Graph, collnet_enabled
 
 __all__ = ["CollNetSetup", "COLLNET_OFF", "collnet_setup", "collnet_supported", "graph_heads"]
@@ -62,21 +62,21 @@ def collnet_setup(paths, graphs: dict[str, Graph], nodes: int, params: Params) -
     threshold = params.get("NCCL_COLLNET_NODE_THRESHOLD")
     if nodes < (2 if threshold is None else threshold):
         return COLLNET_OFF
-    minor = paths.system.rules.version.minor
+    release = paths.system.rules.release
     per_node = len(paths.node_system.gpus())
     direct = graphs.get("collnet_direct", chain)  # 2.18-2.21 search one CollNet graph for both
     nvls = graphs.get("nvls")
-    if minor >= 28 and nvls is not None:
+    if release.collnet_heads_from_nvls and nvls is not None:
         heads = graph_heads(nvls, per_node, unique=True)
     else:
-        heads = graph_heads(direct, per_node, unique=minor >= 20)
+        heads = graph_heads(direct, per_node, unique=release.collnet_heads_unique)
     chain_ok = True
-    if minor >= 30:  # isCollNetChainHeadsSubset
+    if release.collnet_chain_heads_subset:  # isCollNetChainHeadsSubset
         chain_ok = set(graph_heads(chain, per_node, unique=True)) <= set(heads)
-    v8 = minor >= 20
+    gathers = release.collnet_ag_rs
     return CollNetSetup(enabled=True, heads=heads, chain_support=chain_ok,
-                        iallgather=v8 and not params.get("NCCL_SHARP_DISABLE_ALLGATHER"),
-                        ireducescatter=v8 and not params.get("NCCL_SHARP_DISABLE_REDUCE_SCATTER"))
+                        iallgather=gathers and not params.get("NCCL_SHARP_DISABLE_ALLGATHER"),
+                        ireducescatter=gathers and not params.get("NCCL_SHARP_DISABLE_REDUCE_SCATTER"))
 
 
 def collnet_supported(setup: CollNetSetup, func: str, redop: str, dtype: str) -> bool:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from .constants.topo_rules import LOC_BW, TopoRules
-from .params import Params
-from .topo import CPU_ARCH, CPU_VENDOR, System
+from ..constants.topo_rules import LOC_BW, TopoRules
+from ..params import Params
+from ..topology.system import CPU_ARCH, CPU_VENDOR, System
 
 __all__ = ["ib_hca_selects", 
     "Path",
@@ -321,7 +321,7 @@ class _Compute:
         user = self._level_param("NCCL_NET_GDR_LEVEL")
         if user:
             return user
-        if self.rules.version.minor >= 29 and self._gdr_c2c():
+        if self.rules.release.gdr_level_p2c_with_c2c and self._gdr_c2c():
             return "P2C"
         return "PXB"
 
@@ -433,7 +433,7 @@ class _Compute:
             distance = self.p(proxy, net).type
         name = self.rules.path_names[distance]
         level = self.code(self.gdr_level)
-        c2c_ok = (self.rules.has_p2c and self.rules.version.minor in (27, 28) and self._gdr_c2c()
+        c2c_ok = (self.rules.has_p2c and self.rules.release.gdr_c2c_allows_p2c and self._gdr_c2c()
                   and distance == self.code("P2C"))
         if distance > level and not c2c_ok:
             return Gdr(False, "Disabled", name, nodes[proxy].gpu.rank)
@@ -513,10 +513,8 @@ class _Compute:
             for g in self.s.gpus():
                 if pxn_enabled and self.rules.has_path("PXN"):
                     if peer is not None and peer != g:
-                        if self.rules.has_p2c and (self.rules.version.minor >= 28 or pxn_c2c):
-                            limit = code("P2C") if pxn_c2c else code("PXB")
-                        else:
-                            limit = code("PXB")
+                        # NCCL_PXN_C2C lets the relay reach its NIC over P2C (2.27+, where P2C exists)
+                        limit = code("P2C") if (self.rules.has_p2c and pxn_c2c) else code("PXB")
                         peer_net, mine = self.p(peer, net), self.p(g, net)
                         gdr_ok = (not self.rules.pxn_requires_gdr) or self.check_gdr(peer, net, True).enabled
                         if (peer_net.type <= limit and gdr_ok
@@ -536,7 +534,7 @@ class _Compute:
     def transports(self, decisions) -> dict[tuple[int, int], Transport]:
         result = {}
         shm_disable = self.params.get("NCCL_SHM_DISABLE") == 1
-        cumem = self.params.get("NCCL_CUMEM_ENABLE") != 0 and self.rules.version.minor >= 19
+        cumem = self.params.get("NCCL_CUMEM_ENABLE") != 0 and self.rules.release.cumem_by_default
         nodes = self.s.nodes
         for (p, g), (ok, read, inter) in decisions.items():
             if p == g:

@@ -10,7 +10,9 @@ Graph with NCCL's fields (pattern, crossNic, nChannels, bwIntra/bwInter, typeInt
 sameChannels, per channel the GPU ranks and NICs), printed by `format_graph` as
 ncclTopoPrintGraph does.
 
-Bandwidths are float32 as in NCCL, so that the search takes the same branches.
+Bandwidths are float32 as in NCCL, so that the search takes the same branches. What changed
+between releases comes from the release's rules (constants/rules.py). The recursion runs on an
+explicit stack (`_run`), as deep as NCCL's, whatever Python's recursion limit.
 Checked line for line against NCCL 2.18.6, 2.19.4 and 2.22.3 to 2.30.7 (every release line but
 2.20 and 2.21, which take the rules of their neighbours) on the catalog systems
 (tests/golden/nccl-search).
@@ -18,15 +20,15 @@ Checked line for line against NCCL 2.18.6, 2.19.4 and 2.22.3 to 2.30.7 (every re
 from __future__ import annotations
 
 import math
-import sys
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .params import Params
+from ..constants.rules import ReleaseRules, rules
+from ..constants.versions import DEFAULT_VERSION
+from ..params import Params
 from .paths import Paths, _get_local, _local_gpu_of_net, _local_net, _table
-from .topo import CPU_ARCH, CPU_VENDOR, System
+from ..topology.system import CPU_ARCH, CPU_VENDOR, System
 
 __all__ = [
     "nvls_initialised",
@@ -43,32 +45,29 @@ __all__ = [
     "graphs_xml",
     "load_graph",
     "SPEEDS",
+    "search_ladder",
 ]
 
 # graph.h NCCL_TOPO_PATTERN_*
 BALANCED_TREE, SPLIT_TREE, TREE, RING, NVLS, COLLNET_DIRECT = 1, 2, 3, 4, 5, 6
-MAXCHANNELS = 64          # device.h
-NVLS_ARITY = 32           # device.h NCCL_MAX_NVLS_ARITY
-TOPO_MAX_NODES = 256      # graph.h NCCL_TOPO_MAX_NODES (graph->intra holds MAXCHANNELS of them)
-GLOBAL_TIMEOUT = 1 << 19  # search.cc NCCL_SEARCH_GLOBAL_TIMEOUT
-GLOBAL_TIMEOUT_218 = 5 << 16  # its value in search.cc 2.18.6
+# MAXCHANNELS, NCCL_TOPO_MAX_NODES (graph->intra holds MAXCHANNELS of them), NCCL_MAX_NVLS_ARITY and
+# NCCL_SEARCH_GLOBAL_TIMEOUT changed between releases: they are ReleaseRules fields.
+DIRECT_ARITY = 7          # device.h NCCL_MAX_DIRECT_ARITY (2.18-2.30)
 TIMEOUT = 1 << 14         # NCCL_SEARCH_TIMEOUT (and _TREE)
 TIMEOUT_SAMECHANNELS = 1 << 8
 FORCED_ORDER_PCI, FORCED_ORDER_REPLAY = 1, 2
 
 _f = np.float32
-# search.cc speed ladders (GB/s per channel), by SM generation; intra for one node, inter across nodes.
-SPEEDS = {
-    "intra": {0: (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
-              90: (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
-              100: (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)},
-    "inter": {0: (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
-                  2.4, 1.2, 0.24, 0.12),
-              90: (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2,
-                   0.24, 0.12),
-              100: (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0,
-                    3.0, 2.4, 1.2, 0.24, 0.12)},
+# search.cc speed ladders (GB/s per channel) of GPUs before SM90, unchanged 2.18-2.30; intra for one
+# node, inter across nodes. The SM90 and SM100 ladders grew over the releases (ReleaseRules).
+_SPEEDS_PRE_SM90 = {
+    "intra": (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0),
+    "inter": (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2, 0.24, 0.12),
 }
+_NEWEST = rules(DEFAULT_VERSION)
+# The ladders of the newest modelled release, by SM generation.
+SPEEDS = {kind: {0: _SPEEDS_PRE_SM90[kind], 90: getattr(_NEWEST, f"search_speeds_sm90_{kind}"),
+                 100: getattr(_NEWEST, f"search_speeds_sm100_{kind}")} for kind in ("intra", "inter")}
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,8 @@ class Graph:
 class _G:
     """The mutable ncclTopoGraph the search fills (a copy is the best graph found so far)."""
 
-    def __init__(self, gid: int, pattern: int, min_ch: int, max_ch: int, ngpus: int, collnet: int = 0):
+    def __init__(self, gid: int, pattern: int, min_ch: int, max_ch: int, ngpus: int, maxchannels: int,
+                 collnet: int = 0):
         self.id, self.pattern, self.collnet = gid, pattern, collnet
         self.min_channels, self.max_channels = min_ch, max_ch
         self.cross_nic = 0
@@ -106,8 +106,8 @@ class _G:
         self.type_intra = self.type_inter = 0
         self.same_channels = 0
         self.n_hops = 0
-        self.intra = [0] * (MAXCHANNELS * max(ngpus, 1))
-        self.inter = [0] * (MAXCHANNELS * 2)
+        self.intra = [0] * (maxchannels * max(ngpus, 1))
+        self.inter = [0] * (maxchannels * 2)
 
     def copy(self) -> "_G":
         other = _G.__new__(_G)
@@ -137,6 +137,7 @@ class _Search:
         self.s: System = paths.system
         s = self.s
         self.rules = s.rules
+        self.release: ReleaseRules = s.rules.release
         self.code = self.rules.path_code
         self.params = params
         self.inter = paths.inter
@@ -173,11 +174,9 @@ class _Search:
         self._candidates: dict[tuple[int, int | None], list[tuple]] = {}
         self._sub_memo: dict = {}  # SUB_ROUND results: few distinct bandwidths meet again and again
         self._pci_links: dict[int, tuple[int, int, int, int] | None] = {}
-        minor = self.rules.version.minor
-        # search.cc until 2.22: fixed NVL/PIX starting types, crossNic 1 as "any NIC", NIC checks and
-        # "most local GPU" choice of that era (checked against NCCL 2.19.4 and 2.22.3).
-        self.legacy = minor <= 22
-        self.minor = minor
+        # search.cc until 2.22: crossNic 1 as "any NIC" and the NIC checks of that era (checked
+        # against NCCL 2.19.4 and 2.22.3); 2.23 brought rails, planes and crossNic 2.
+        self.legacy = self.release.cross_nic_search != "alternate"
 
     # -- paths as NCCL indexes them (cached: the paths never change during a search)
     def path(self, src: int, dst: int):
@@ -222,9 +221,9 @@ class _Search:
                        and nodes[src].kind != "GPU")
             # search.cc 2.18.6 followPath charges the way back on any CPU reached over NVLink and
             # findRevLink takes the first link back whatever its type (2.19 adds both checks).
-            power = rem.kind == "CPU" and link.kind == "NVL" and (
-                self.minor <= 18 or rem.cpu.arch == CPU_ARCH["ppc64"])
-            rev = self._rev(node, link.dst, link.kind if self.minor >= 19 else None) if (old_gpu or power) else None
+            checked = self.release.follow_path_power_only
+            power = rem.kind == "CPU" and link.kind == "NVL" and (not checked or rem.cpu.arch == CPU_ARCH["ppc64"])
+            rev = self._rev(node, link.dst, link.kind if checked else None) if (old_gpu or power) else None
             steps.append((node, pos, link.kind == "PCI", old_gpu, power, rev))
         found = self._hops[key] = (tuple(steps), intel)
         if not any(old_gpu or power for _, _, _, old_gpu, power, _ in steps):
@@ -280,7 +279,7 @@ class _Search:
         if src is None:
             return dst
         p, intra, ptype, rev_type = self._pair(src, dst)
-        if self.minor <= 20 and (p is None or not p.links):
+        if self.release.empty_path_follows and (p is None or not p.links):
             return dst  # until 2.20 an empty path succeeds at once
         bw = g.bw_intra if intra else g.bw_inter
         limit = g.type_intra if intra else g.type_inter
@@ -332,7 +331,8 @@ class _Search:
         flag = 1 << g.n_channels
         net = self.net_id_to_node(g.inter[g.n_channels * 2]) if sort_net else None
         used = self.used
-        if self.nvs and self.minor >= 21:
+        neighbours = self.release.nvswitch_neighbours
+        if self.nvs and neighbours == "only":
             # Only the NVSwitch neighbours are tried (see below); the sort cannot change which, and
             # each is moved to the front in turn, so they come out in reverse.
             first = self._nvs_neighbours(g.pattern, k)
@@ -349,7 +349,7 @@ class _Search:
         if sort_net == -1 and len({(s[3], s[4]) for s in scores}) <= 1:
             order.reverse()
         count = len(order)
-        if self.nvs and self.minor >= 19:  # search.cc 2.19.4 adds "NVSwitches prefer ... neighbors first"
+        if self.nvs and neighbours is not None:  # search.cc 2.19.4 adds "NVSwitches prefer ... neighbors first"
             prev_gpu, next_gpu = (k - 1 + self.ngpus) % self.ngpus, (k + 1) % self.ngpus
             if g.pattern == RING:
                 first = [next_gpu, prev_gpu]
@@ -357,7 +357,7 @@ class _Search:
                 first = [prev_gpu, next_gpu]
             else:
                 first = [next_gpu]
-            if next_gpu == prev_gpu and len(first) == 2 and self.minor >= 21:
+            if next_gpu == prev_gpu and len(first) == 2 and neighbours == "only":
                 first = first[:1]
             real = 0
             for f in first:
@@ -365,7 +365,7 @@ class _Search:
                     order.remove(f)
                     order.insert(0, f)
                     real += 1
-            if self.minor >= 21:
+            if neighbours == "only":
                 count = real  # from 2.21 only the neighbours are tried behind an NVSwitch
         return order[:count]
 
@@ -437,14 +437,14 @@ class _Search:
             for k, gpu in enumerate(self.gpus):
                 if gpu_k != -1 and gpu_k != k:
                     continue
-                for n in (self.nets[:MAXCHANNELS] if self.minor >= 21 else self.nets):
+                for n in (self.nets[:self.release.maxchannels] if self.release.select_nets_capped else self.nets):
                     if self.ptype(self.path(gpu, n)) == t and n not in nets:
                         nets.append(n)
         return nets
 
     def _local_nets_of(self, gpu: int) -> list[int]:
         found = []
-        for c in range(MAXCHANNELS):
+        for c in range(self.release.maxchannels):
             n = _local_net(self.table, self.s, gpu, c)
             if found and n == found[0]:
                 break
@@ -463,7 +463,7 @@ class _Search:
         ids = list(range(self.ngpus)) if gpu_k == -1 else [gpu_k]
         firsts: dict[int, int] = {}
         active = set(range(len(ids)))
-        for c in range(MAXCHANNELS):
+        for c in range(self.release.maxchannels):
             for i, k in enumerate(ids):
                 if i not in active:
                     continue
@@ -485,7 +485,8 @@ class _Search:
                 return False
             if g.cross_nic != 1 and (net.net.asic != first.net.asic or net.net.port != first.net.port):
                 return False
-            if self.minor >= 20 and g.cross_nic and g.n_channels & 1 and net.id != g.inter[(g.n_channels - 1) * 2]:
+            if self.release.cross_nic_pairs_channels and g.cross_nic and g.n_channels & 1 \
+                    and net.id != g.inter[(g.n_channels - 1) * 2]:
                 return False
             return not (g.pattern == BALANCED_TREE and step != 0 and net.id != g.inter[g.n_channels * 2 + 1])
         if net.net.plane != -1 and first.net.plane != -1 and net.net.plane != first.net.plane:
@@ -505,17 +506,18 @@ class _Search:
             return False
         return True
 
-    # -- the recursion (ncclTopoSearchRec*, ncclTopoSearchTry*)
+    # -- the recursion (ncclTopoSearchRec*, ncclTopoSearchTry*). The steps that recurse are generators:
+    # `yield step(...)` is NCCL's call, run to its end by `_run` before the caller goes on.
     def compare(self, g: _G, best: _G) -> bool:
         if g.n_channels < g.min_channels:
             return False
         if g.pattern == NVLS:
             better = g.n_channels > best.n_channels and g.n_channels <= self.ngpus
-            if self.minor <= 18:  # search.cc 2.18.6 ncclTopoCompareGraphs: channel count only
+            if not self.release.nvls_compare_bw:  # search.cc 2.18.6 ncclTopoCompareGraphs: channel count only
                 return better
             return better or _f(g.n_channels * g.bw_inter) > _f(best.n_channels * best.bw_inter)
         mine, theirs = _f(g.n_channels * g.bw_intra), _f(best.n_channels * best.bw_intra)
-        if self.minor <= 19:
+        if self.release.compare_cross_nic_bonus:
             # until 2.19: a 15% bonus for channels that do not cross NICs
             target = _f(1.0 - (best.cross_nic - g.cross_nic) * 0.15)
             theirs = _f(theirs * target)
@@ -530,7 +532,7 @@ class _Search:
         gpu = self.follow_path(g, src, self.gpus[k], 1)
         if gpu is not None:
             self.used[k] ^= flag
-            self.rec_gpu(g, best, k, step, back_net, back_first, forced, time)
+            yield self.rec_gpu(g, best, k, step, back_net, back_first, forced, time)
             self.used[k] ^= flag
             self.follow_path(g, src, self.gpus[k], -1)
 
@@ -558,7 +560,7 @@ class _Search:
             if bwd == len(backward):
                 if before_rec is not None:
                     before_rec()
-                self.rec_gpu(g, best, None, self.ngpus, -1, -1, 0, time)
+                yield self.rec_gpu(g, best, None, self.ngpus, -1, -1, 0, time)
             self._release_first(g, backward, bwd)
         self._release_first(g, forward, fwd)
 
@@ -568,7 +570,7 @@ class _Search:
         nvs = self.nvs[0]
         forward = [(nvs, gpu, 2 if d == k else 1) for d, gpu in enumerate(self.gpus)]
         backward = [(gpu, nvs, 2 if d == k else 1) for d, gpu in enumerate(self.gpus)]
-        self._try_both_ways(g, best, time, forward, backward)
+        yield self._try_both_ways(g, best, time, forward, backward)
 
     def try_collnet_direct(self, g, best, k, time):
         """ncclTopoSearchTryCollnetDirect: the head k reaches every GPU and every GPU reaches it,
@@ -582,7 +584,7 @@ class _Search:
         def list_the_others():
             others = [self.rank_of[i] for i in range(count) if i != k]
             g.intra[g.n_channels * count + 1:g.n_channels * count + count] = others
-        self._try_both_ways(g, best, time, forward, backward, list_the_others)
+        yield self._try_both_ways(g, best, time, forward, backward, list_the_others)
 
     def rec_gpu(self, g, best, k, step, back_net, back_first, forced, time):
         if time[0] <= 0:
@@ -596,7 +598,7 @@ class _Search:
                 if g.n_channels == g.max_channels:
                     time[0] = -1
             if g.n_channels < g.max_channels:
-                self.rec(g, best, time)
+                yield self.rec(g, best, time)
             g.n_channels -= 1
             return
         g.intra[g.n_channels * ngpus + step] = self.rank_of[k]
@@ -617,15 +619,15 @@ class _Search:
                     g.bw_inter = saved
                     if net is not None:
                         g.inter[g.n_channels * 2 + 1] = self.s.nodes[n].id
-                        self.rec_gpu(g, best, k, step, next_back, back_first, forced, time)
+                        yield self.rec_gpu(g, best, k, step, next_back, back_first, forced, time)
                         if g.pattern == BALANCED_TREE:
                             g.bw_inter = _f(g.bw_inter / 2)
                         self.follow_path(g, gpu, n, -1)
                         g.bw_inter = saved
         elif g.pattern == NVLS:
-            self.try_nvls(g, best, k, time)
+            yield self.try_nvls(g, best, k, time)
         elif g.pattern == COLLNET_DIRECT:
-            self.try_collnet_direct(g, best, k, time)
+            yield self.try_collnet_direct(g, best, k, time)
         elif step < ngpus - 1:
             if forced == FORCED_ORDER_PCI:
                 order = [step + 1]
@@ -635,24 +637,25 @@ class _Search:
                 sort_net = 0 if back_net == -1 else 1 if back_net == step + 1 else -1
                 order = self.next_gpus(g, k, sort_net)
             for j in order:
-                self.try_gpu(g, best, step + 1, back_net, back_first, forced, time, gpu, j)
+                yield self.try_gpu(g, best, step + 1, back_net, back_first, forced, time, gpu, j)
         elif step == back_first:
             first_rank = g.intra[g.n_channels * ngpus]
             p = self.rank_of.index(first_rank)
             ok = self.follow_path(g, gpu, self.gpus[p], 1)
             if ok is not None:
-                self.rec_gpu(g, best, p, step + 1, back_net, -1, forced, time)
+                yield self.rec_gpu(g, best, p, step + 1, back_net, -1, forced, time)
                 self.follow_path(g, gpu, self.gpus[p], -1)
         else:
-            self.rec_gpu(g, best, k, ngpus, -1, -1, forced, time)
+            yield self.rec_gpu(g, best, k, ngpus, -1, -1, forced, time)
 
     def _replay_gpu(self, g: _G, step: int) -> int:
         rank = g.intra[(g.n_channels - 1) * self.ngpus + step + 1]
         return self.rank_of.index(rank)
 
     def rec_net(self, g, best, back_net, back_first, time):
-        if self.legacy:
-            self._rec_net_legacy(g, best, back_net, back_first, time)
+        style = self.release.search_rec_net
+        if style in ("2.18", "2.19", "2.22"):
+            yield self._rec_net_legacy(g, best, back_net, back_first, time)
             return
         bw = int(g.bw_inter)
         nets = self.select_nets(g.type_inter, -1)
@@ -671,32 +674,32 @@ class _Search:
                         k = self.gpu_pos[local]
                         heads = [g.intra[c * self.ngpus] for c in range(g.n_channels)]
                         if self.rank_of[k] not in heads:
-                            self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                            yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
                             found = True
-            elif self.minor <= 26:
+            elif style == "2.23":
                 # search.cc 2.23.4-2.26.6 ncclTopoSearchRecNet: replay the last channel whenever there is
                 # one, then (first channel or different channels) the PCI order and the GPUs closest to
                 # the NIC, rotated by channel; 2.27.7 replaces these with net.localGpu and ncclTopoGetLocal.
-                self._replay_pci_closest(g, best, back_net, back_first, time, n, bw, zero_hops_count=False)
+                yield self._replay_pci_closest(g, best, back_net, back_first, time, n, bw, zero_hops_count=False)
             elif g.n_channels > 0 and g.same_channels == 1:
-                self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
-                             self._replay_gpu(g, -1))
+                yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
+                                   self._replay_gpu(g, -1))
             else:
                 if g.n_channels == 0 and not self.nvs:
                     t = [1 << 10]
-                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+                    yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
                     if t[0] == -1:
                         time[0] = -1
                 local = self.local_gpu[n]
                 if local is not None:
-                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, self.gpu_pos[local])
+                    yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, self.gpu_pos[local])
                 locals_ = self.local_gpus(n)
                 if not locals_:
                     continue  # search.cc skips this NIC without giving its bandwidth back
                 for k in locals_:
                     if local is not None and k == self.gpu_pos[local]:
                         continue
-                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                    yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
             for m in twins:
                 self.net_bw[m] = _f(self.net_bw[m] + bw)
 
@@ -710,7 +713,7 @@ class _Search:
             return None
         odd_channel = g.n_channels & 1 and net.id != g.inter[(g.n_channels - 1) * 2 + 1]
         if self.legacy:
-            if self.minor >= 20 and g.cross_nic and odd_channel:
+            if self.release.cross_nic_pairs_channels and g.cross_nic and odd_channel:
                 return None
         elif g.pattern == RING and g.cross_nic == 2 and odd_channel:
             return None
@@ -725,16 +728,17 @@ class _Search:
         return twins
 
     def _rec_net_legacy(self, g, best, back_net, back_first, time):
-        if self.minor <= 18:
-            self._rec_net_218(g, best, back_net, back_first, time)
+        style = self.release.search_rec_net
+        if style == "2.18":
+            yield self._rec_net_218(g, best, back_net, back_first, time)
             return
         bw = int(g.bw_inter)
         nets = self.select_nets(g.type_inter, -1)
         found = False
         for i in range(len(nets)):
-            if self.minor >= 22 and g.pattern in (NVLS, COLLNET_DIRECT) and found:
+            if style == "2.22" and g.pattern in (NVLS, COLLNET_DIRECT) and found:
                 continue
-            if self.minor < 22 and g.pattern == NVLS and i > 0:
+            if style == "2.19" and g.pattern == NVLS and i > 0:
                 continue
             n = nets[(g.n_channels + i) % len(nets)]
             twins = self._take_net(g, n, bw)
@@ -748,10 +752,10 @@ class _Search:
                     if k != -1 and self.rank_of[k] in heads:
                         continue  # 2.22 skips a duplicate head without giving the NIC bandwidth back
                     if k != -1:
-                        self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                        yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
                     found = True
             else:
-                self._replay_pci_closest(g, best, back_net, back_first, time, n, bw, zero_hops_count=True)
+                yield self._replay_pci_closest(g, best, back_net, back_first, time, n, bw, zero_hops_count=True)
             for m in twins:
                 self.net_bw[m] = _f(self.net_bw[m] + bw)
 
@@ -761,12 +765,12 @@ class _Search:
         NVSwitch) and the GPUs closest to the NIC — highest bandwidth, then fewest hops — rotated by
         channel. From 2.23 to 2.26 a path of no hops does not set the fewest hops."""
         if g.n_channels > 0:
-            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n, self._replay_gpu(g, -1))
+            yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n, self._replay_gpu(g, -1))
         if g.n_channels and g.same_channels:
             return
         if g.n_channels == 0 and not self.nvs:
             t = [1 << 10]
-            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+            yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
             if t[0] == -1:
                 time[0] = -1
         max_bw, min_hops = self._closest_to_net(n, zero_hops_count)
@@ -775,7 +779,7 @@ class _Search:
                 k = (g.n_channels + j) % self.ngpus
                 p = self.path(n, self.gpus[k])
                 if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
-                    self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                    yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
 
     def _closest_to_net(self, n: int, zero_hops_count: bool) -> tuple:
         """(bandwidth, hops) of the GPUs closest to NIC n: the highest path bandwidth, then the
@@ -805,15 +809,15 @@ class _Search:
                 if g.n_channels < len(nets):
                     local = self.local_gpu[nets[g.n_channels]]
                     if local is not None:
-                        self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, self.gpu_pos[local])
+                        yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, self.gpu_pos[local])
             else:
                 if g.n_channels > 0:
-                    self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
-                                 self._replay_gpu(g, -1))
+                    yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, n,
+                                       self._replay_gpu(g, -1))
                 if g.n_channels == 0 or g.same_channels == 0:
                     if g.n_channels == 0:
                         t = [1 << 10]
-                        self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
+                        yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, t, n, 0)
                         if t[0] == -1:
                             time[0] = -1
                     max_bw, min_hops = self._closest_to_net(n, True)
@@ -823,7 +827,7 @@ class _Search:
                                 p = self.path(n, self.gpus[k])
                                 if _f(p.bw_gbps) == max_bw and len(p.links) == min_hops:
                                     if bidir == (0 if self._gpu_pci_bw(self.gpus[k]) > 0 else 1):
-                                        self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
+                                        yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, n, k)
             for m in twins:
                 self.net_bw[m] = _f(self.net_bw[m] + bw)
 
@@ -836,19 +840,19 @@ class _Search:
     def rec(self, g, best, time):
         back_net, back_first = self.params_for(g.pattern)
         if self.inter:
-            self.rec_net(g, best, back_net, back_first, time)
+            yield self.rec_net(g, best, back_net, back_first, time)
             return
         if g.pattern == NVLS:
-            self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, g.n_channels)
+            yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, g.n_channels)
             return
         if g.n_channels == 0:
-            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, time, None, 0)
+            yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_PCI, time, None, 0)
         else:
-            self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, None,
-                         self._replay_gpu(g, -1))
+            yield self.try_gpu(g, best, 0, back_net, back_first, FORCED_ORDER_REPLAY, time, None,
+                               self._replay_gpu(g, -1))
         if g.same_channels == 0 or g.n_channels == 0:
             for k in range(self.ngpus):
-                self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, k)
+                yield self.try_gpu(g, best, 0, back_net, back_first, 0, time, None, k)
 
 
 def _cc_min(system: System) -> int:
@@ -881,91 +885,51 @@ def _split_nvlink(search: _Search) -> bool:
     return sum(1 for c in counts if c > 1) == 2
 
 
-# Older ladders, by the last release line that has them (search.cc at each tag); SPEEDS holds 2.30's.
-_OLD_SPEEDS = {
-    # 2.18.6: sm90SpeedArrayIntra/Inter before 50.0 (intra) and 22.0 (inter) were added in 2.19.
-    (90, "intra", 18): (60.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0),
-    (90, "inter", 18): (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
-    # 2.19.4-2.20.5: sm90SpeedArrayIntra without 11.0 (added in 2.21).
-    (90, "intra", 20): (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0),
-    # 2.25.1/2.26.6: sm100SpeedArrayIntra without 18.0 and 45.0; sm100SpeedArrayInter = the SM90 one.
-    (100, "intra", 26): (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0),
-    (100, "inter", 26): SPEEDS["inter"][90],
-    # 2.27.7/2.28.9: intra gains 18.0, inter starts {96, 48, 45.1, ...}.
-    (100, "intra", 28): (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
-    (100, "inter", 28): (96.0,) + SPEEDS["inter"][100][3:],
-    # 2.29.7: intra gains 45.0 (= 2.30's), inter {96, 80, 48, 45.1, ...} (2.30 adds 86.0).
-    (100, "inter", 29): (96.0, 80.0) + SPEEDS["inter"][100][3:],
-}
+def search_ladder(release: ReleaseRules, cc_min: int, inter: bool) -> tuple[float, ...]:
+    """The speed ladder a search of the release line starts from: SM100 ladders exist from 2.25
+    (before, Blackwell took the SM90 one); the SM90 and SM100 ladders grew over the releases."""
+    if cc_min >= 100 and release.search_speeds_sm100_intra is not None:
+        return release.search_speeds_sm100_inter if inter else release.search_speeds_sm100_intra
+    if cc_min >= 90:
+        return release.search_speeds_sm90_inter if inter else release.search_speeds_sm90_intra
+    return _SPEEDS_PRE_SM90["inter" if inter else "intra"]
 
 
-def _ladder(search: _Search, cc_min: int) -> tuple[float, ...]:
-    """The speed ladder of the release line: SM100 ladders exist from 2.25 (before, Blackwell took
-    the SM90 one); the ladders grew over the releases (_OLD_SPEEDS)."""
-    kind = "inter" if search.inter else "intra"
-    table = SPEEDS[kind]
-    sm = 100 if cc_min >= 100 and search.minor >= 25 else 90 if cc_min >= 90 else 0
-    if sm:
-        for last in sorted(k[2] for k in _OLD_SPEEDS if k[:2] == (sm, kind)):
-            if search.minor <= last:
-                return _OLD_SPEEDS[(sm, kind, last)]
-    return table[sm]
-
-
-def _deep(fn, *args):
-    """Run fn in a thread with a deep stack: the search recurses once per GPU per channel, like NCCL."""
-    result: list = []
-    errors: list = []
-
-    def body():
-        old = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(old, 1_000_000))
+def _run(call) -> None:
+    """Run one call of the search's recursion to its end. The recursive steps (rec, rec_gpu,
+    try_gpu, ...) are generators that yield the call they make next and resume when it returns, so
+    the search goes as deep as NCCL's recursion (once per GPU per channel) on an explicit stack,
+    without Python's recursion limit or a thread of its own."""
+    stack = [call]
+    while stack:
         try:
-            result.append(fn(*args))
-        except BaseException as exc:  # re-raised in the caller's thread
-            errors.append(exc)
-        finally:
-            sys.setrecursionlimit(old)
-
-    previous = threading.stack_size(512 * 1024 * 1024)
-    try:
-        worker = threading.Thread(target=body, name="nicksim-search")
-        worker.start()
-        worker.join()
-    finally:
-        threading.stack_size(previous)
-    if errors:
-        raise errors[0]
-    return result[0]
+            stack.append(next(stack[-1]))
+        except StopIteration:
+            stack.pop()
 
 
 def search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_channels: int,
                  max_channels: int, collnet: int = 0) -> Graph:
     """ncclTopoCompute for one graph on the rank's view of the system."""
-    return _deep(_search_graph, paths, params, pattern, gid, min_channels, max_channels, collnet)
-
-
-def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_channels: int,
-                  max_channels: int, collnet: int = 0) -> Graph:
     search = _Search(paths, params)
     s = search.s
+    r = search.release
     code = search.code
     ngpus = search.ngpus
-    g = _G(gid, pattern, min_channels, max_channels, ngpus, collnet)
+    g = _G(gid, pattern, min_channels, max_channels, ngpus, r.maxchannels, collnet)
     cc_min = _cc_min(s)
     ndevs = len(search.devs)
     cross_param = params.get("NCCL_CROSS_NIC")
     cross = cross_param if (len(search.nets) > 1 and pattern in (RING, BALANCED_TREE, SPLIT_TREE)) else 0
     g.cross_nic = 1 if cross == 1 else 0
-    v218 = search.minor <= 18
-    if v218:
+    if r.cross_nic_search == "2.18":
         # search.cc 2.18.6 ncclTopoCompute: graph->crossNic = NCCL_CROSS_NIC (2 -> 0) whatever the
         # pattern; "crossNic" (relax to 1) is any non-zero value for rings and trees on several NICs.
         g.cross_nic = 1 if cross_param == 1 else 0
         cross = 1 if cross else 0
     min_intra, min_inter = code("LOC"), code("PIX")
     max_intra = max_inter = code("SYS")
-    if search.minor < 25:
+    if not r.search_types_from_paths:
         # Until 2.24 the search always starts at NVL (LOC for one GPU) and PIX, up to SYS.
         min_intra = code("LOC") if ngpus == 1 else code("NVL")
     else:
@@ -974,49 +938,51 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
         if search.inter:
             min_inter, max_inter = _min_max_path(search, "NET")
             max_intra = max_inter
-        if cc_min < 90 and search.minor >= 29:
+        if cc_min < 90 and r.search_inter_sys_below_sm90:
             max_inter = code("SYS")
     g.type_intra, g.type_inter = min_intra, min_inter
     try_same = 0 if pattern == NVLS else 1
     g.same_channels = try_same
     notes: list[str] = []
-    if search.minor in (20, 21):  # every other line is checked against NCCL (tests/golden/nccl-search)
+    if r.search_unverified:  # every other line is checked against NCCL (tests/golden/nccl-search)
         notes.append(f"the graph search of NCCL {search.rules.version.line} is modelled from the changes known "
                      "between 2.19 and 2.22 and has not been checked against NCCL itself")
     if pattern == NVLS and (not search.nvs or cc_min < 90):
         return _freeze(g, search, notes)
-    if pattern == NVLS and not v218:  # 2.18.6 keeps init.cc's MAXCHANNELS ("ngpus heads at most": 2.19)
-        g.max_channels = min(NVLS_ARITY, ngpus) if search.minor >= 25 else ngpus
+    heads_cap = r.search_heads_cap
+    if pattern == NVLS and heads_cap is not None:  # 2.18.6 keeps init.cc's MAXCHANNELS ("ngpus heads at most": 2.19)
+        g.max_channels = min(r.nvls_arity, ngpus) if heads_cap == "arity" else ngpus
     if pattern == COLLNET_DIRECT:
-        g.max_channels = min(7 + 1, ngpus) if search.minor >= 25 else ngpus
+        g.max_channels = min(DIRECT_ARITY + 1, ngpus) if heads_cap == "arity" else ngpus
     if ngpus == 1 and pattern != RING:
         g.pattern = pattern = TREE
     if not search.inter and pattern == NVLS:
-        if v218:  # search.cc 2.18.6: "minChannels = maxChannels = system->nodes[GPU].count"
+        if heads_cap is None:  # search.cc 2.18.6: "minChannels = maxChannels = system->nodes[GPU].count"
             g.max_channels = ngpus
         g.min_channels = g.max_channels
-    if g.max_channels > MAXCHANNELS:
-        if not search.inter and g.max_channels * ngpus <= MAXCHANNELS * TOPO_MAX_NODES:
+    maxchannels = r.maxchannels
+    if g.max_channels > maxchannels:
+        if not search.inter and g.max_channels * ngpus <= maxchannels * r.topo_max_nodes:
             # One node: the search only writes graph->intra[MAXCHANNELS*NCCL_TOPO_MAX_NODES] (graph.h), which
             # holds them, so NCCL's graph is exact (NVLS on NVL72: 72 heads, before 2.25's arity cap).
             notes.append(f"NCCL {search.rules.version.line} asks for up to {g.max_channels} channels here, more "
-                         f"than its {MAXCHANNELS}-channel arrays hold after the search (it overruns them)")
-            g.intra = g.intra + [0] * ((g.max_channels - MAXCHANNELS) * ngpus)
-            g.inter = g.inter + [0] * ((g.max_channels - MAXCHANNELS) * 2)  # one node: never read
+                         f"than its {maxchannels}-channel arrays hold after the search (it overruns them)")
+            g.intra = g.intra + [0] * ((g.max_channels - maxchannels) * ngpus)
+            g.inter = g.inter + [0] * ((g.max_channels - maxchannels) * 2)  # one node: never read
         else:
             notes.append(f"NCCL {search.rules.version.line} asks for up to {g.max_channels} channels here, more "
-                         f"than its {MAXCHANNELS}-channel arrays hold (it overruns them); nicksim searches "
-                         f"{MAXCHANNELS}")
-            g.max_channels = MAXCHANNELS
-    if pattern == RING and search.minor >= 26 and _split_nvlink(search) and g.max_channels >= 2 \
+                         f"than its {maxchannels}-channel arrays hold (it overruns them); nicksim searches "
+                         f"{maxchannels}")
+            g.max_channels = maxchannels
+    if pattern == RING and r.search_split_nvlink_two_channels and _split_nvlink(search) and g.max_channels >= 2 \
             and g.min_channels == 1:
         g.min_channels = 2
 
     best = g  # the graph NCCL returns; every better solution is copied into it
     tmp = g.copy()
-    speeds = _ladder(search, cc_min)
+    speeds = search_ladder(r, cc_min, bool(search.inter))
     max_bw, total_bw = _f(paths.max_bw), _f(paths.total_bw)
-    if v218:
+    if not r.search_total_bw_per_dev:
         # search.cc 2.18.6: "if (ngpus == 1 || pattern != RING) totalBw *= ngpus*1.0/(ngpus-1)"
         if ngpus == 1 or pattern != RING:
             total_bw = _f(float(total_bw) * (ngpus / (ngpus - 1))) if ngpus > 1 else _f(math.inf)
@@ -1026,19 +992,20 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
     while (_f(speeds[idx]) > max_bw or _f(speeds[idx]) * tmp.min_channels > total_bw) and idx < len(speeds) - 1:
         idx += 1
     tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
-    full_timeout = GLOBAL_TIMEOUT_218 if v218 else GLOBAL_TIMEOUT
+    full_timeout = r.search_global_timeout
     global_timeout = full_timeout
     pass_ = 1
     while True:
         time = [TIMEOUT_SAMECHANNELS if tmp.same_channels else TIMEOUT]
         tmp.n_channels = 0
         global_timeout -= time[0]
-        search.rec(tmp, best, time)
+        _run(search.rec(tmp, best, time))
         done = time[0] == -1 or _f(best.n_channels * best.bw_inter) >= _f(paths.total_bw)
         if not done and pass_ == 1:
             # Try different channels, except through AMD CPUs at SYS
             # (the AMD exception is 2.19's)
-            if tmp.same_channels == 1 and not (search.amd and tmp.type_intra == code("SYS") and not v218):
+            if tmp.same_channels == 1 and not (search.amd and tmp.type_intra == code("SYS")
+                                               and r.search_amd_sys_same_channels):
                 tmp.same_channels = 0
                 continue
             tmp.same_channels = try_same
@@ -1054,16 +1021,16 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
                 max_i = tmp.type_inter if search.inter else max_intra
                 if tmp.type_intra < max_i and (best.n_channels == 0 or tmp.type_intra < best.type_intra):
                     tmp.type_intra += 1
-                    if tmp.type_intra < code("DIS") or search.minor < 27:
+                    if tmp.type_intra < code("DIS") or not r.search_types_stop_before_dis:
                         continue
                 tmp.type_intra = min_intra
                 if search.inter and tmp.type_inter < max_inter and (
                         best.n_channels == 0 or tmp.type_inter < best.type_inter or tmp.type_inter < code("PXN")):
                     tmp.type_inter += 1
-                    if tmp.type_inter < code("DIS") or search.minor < 27:
+                    if tmp.type_inter < code("DIS") or not r.search_types_stop_before_dis:
                         continue
                 tmp.type_inter = min_inter
-                if v218:
+                if r.cross_nic_search == "2.18":
                     if cross and tmp.cross_nic == 0:
                         tmp.cross_nic = 1
                         continue
@@ -1087,7 +1054,7 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
                 tmp.bw_intra = tmp.bw_inter = _f(speeds[idx])
         if pass_ == 1:
             time[0] = -1
-            if not v218:  # 2.18.6 duplicates the channels at the very end, after pass 2
+            if r.search_dup_after_pass1:  # 2.18.6 duplicates the channels at the very end, after pass 2
                 _dup_channels(best, cc_min, ngpus)
             tmp = best.copy()
             idx = 0
@@ -1097,7 +1064,7 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
             tmp.min_channels = best.n_channels
             pass_ = 2
         if pass_ == 2:
-            if v218:
+            if not r.search_pass2_ring_nvls:
                 # search.cc 2.18.6 pass 2 only raises bwIntra of trees (and NVLS): no ring or NVLS bwInter step
                 if time[0] != 0 and idx > 0 and best.pattern != RING and tmp.bw_intra == best.bw_intra \
                         and tmp.bw_intra < tmp.bw_inter * 2:
@@ -1121,7 +1088,7 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
                     continue
             break
     fallback = False
-    if v218 and best.n_channels == 0 and best.collnet == 0 and best.pattern != NVLS:
+    if not r.search_fallback_nets and best.n_channels == 0 and best.collnet == 0 and best.pattern != NVLS:
         # search.cc 2.18.6: the simple order with inter {0, 0}, bw 0.1/0.1, type SYS/SYS
         fallback = True
         notes.append(f"NCCL INFO Could not find a path for pattern {pattern}, falling back to simple order")
@@ -1131,7 +1098,7 @@ def _search_graph(paths: Paths, params: Params, pattern: int, gid: int, min_chan
         best.bw_intra = best.bw_inter = _f(0.1)
         best.type_intra = best.type_inter = code("SYS")
         best.n_channels = 1
-    if v218:
+    if not r.search_dup_after_pass1:
         _dup_channels(best, cc_min, ngpus)  # 2.18.6: at the end of ncclTopoCompute
         return _freeze(best, search, notes, fallback)
     if best.n_channels == 0 and best.collnet == 0 and best.pattern != NVLS:
@@ -1201,17 +1168,10 @@ def nvls_initialised(system: System, params: Params) -> bool:
     Whether the GPUs can multicast at all (SM90+ behind an NVSwitch) the NVLS search itself decides."""
     if params.get("NCCL_NVLS_ENABLE") == 0:
         return False
-    minor = system.rules.version.minor
-    if minor == 20 and len(system.host_hashes) > 1:
+    release = system.rules.release
+    if release.nvls_off_across_hosts and len(system.host_hashes) > 1:
         return False
-    gpus = len(system.gpus())
-    return gpus >= 2 if minor >= 28 else gpus > 2
-
-
-def collnet_direct_graph_id(minor: int) -> int:
-    """init.cc: the CollNet Direct graph is id 2 in 2.22 and 4 from 2.23 (2.18-2.21 search one
-    CollNet graph, id 2, which both CollNet algorithms use)."""
-    return 2 if minor == 22 else 4
+    return len(system.gpus()) >= release.nvls_min_gpus
 
 
 def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
@@ -1228,16 +1188,17 @@ def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
                 return loaded
         return search_graph(paths, params, pattern, gid, low, high, collnet)
 
-    ring = compute(RING, 0, 1, MAXCHANNELS // 2)
+    release = paths.system.rules.release
+    ring = compute(RING, 0, 1, release.maxchannels // 2)
     tree = compute(BALANCED_TREE, 1, ring.n_channels, ring.n_channels)
     graphs = {"ring": ring, "tree": tree}
     if _collnet_wanted(paths, params):
-        minor = paths.system.rules.version.minor
         graphs["collnet_chain"] = compute(TREE, 2, ring.n_channels, ring.n_channels, 1)
-        if minor >= 22:
-            graphs["collnet_direct"] = compute(COLLNET_DIRECT, collnet_direct_graph_id(minor), 1, MAXCHANNELS, 1)
+        direct_id = release.collnet_direct_graph_id  # one CollNet graph (id 2) for both algorithms until 2.21
+        if direct_id is not None:
+            graphs["collnet_direct"] = compute(COLLNET_DIRECT, direct_id, 1, release.maxchannels, 1)
     if nvls_initialised(paths.system, params):
-        nvls = compute(NVLS, 3, 1, MAXCHANNELS)
+        nvls = compute(NVLS, 3, 1, release.maxchannels)
         if nvls.n_channels:
             graphs["nvls"] = nvls
     return graphs
@@ -1245,8 +1206,8 @@ def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
 
 def _read_graph_file(path: str):
     from pathlib import Path as _Path
-    from .errors import TopologyError
-    from .xml import parse_graph_xml
+    from ..errors import TopologyError
+    from ..topology.xml import parse_graph_xml
     try:
         data = _Path(path).read_bytes()
     except OSError as exc:
@@ -1258,7 +1219,7 @@ def load_graph(paths: Paths, params: Params, doc, gid: int, source: str = "<grap
     """ncclTopoGetGraphFromXml: the <graph id=gid> of a graph document, or None when there is none
     (or it is a cross-NIC graph and NCCL_CROSS_NIC is 0). `dev` attributes are hexadecimal: a GPU's
     NCCL id (system id << 56 | dev), a NIC's node id (search.cc, 2.22.3)."""
-    from .errors import TopologyError
+    from ..errors import TopologyError
     s = paths.system
     names = s.rules.path_names
     for xml_graph in doc.findall("graph"):
@@ -1327,7 +1288,7 @@ def format_graph(paths: Paths, graph: Graph) -> list[str]:
     (NIC as %d until 2.21, %lx in 2.22, sys-local from 2.23 — 2.23 printing the first NIC's local id
     for the last one; GPUs by rank until 2.26, by topology id with one GPU per NVLS channel after)."""
     s = paths.system
-    minor = s.rules.version.minor
+    release = s.rules.release
     lines = [f"Pattern {graph.pattern}, crossNic {graph.cross_nic}, nChannels {graph.n_channels}, "
              f"bw {graph.bw_intra:f}/{graph.bw_inter:f}, type {graph.type_intra}/{graph.type_inter}, "
              f"sameChannels {graph.same_channels}"]
@@ -1340,12 +1301,13 @@ def format_graph(paths: Paths, graph: Graph) -> list[str]:
 
     def net_label(c: int, end: int) -> str:
         node_id = graph.inter[c][end]
-        if minor <= 21:
+        style = release.graph_net_label
+        if style == "int":
             low = node_id & 0xFFFFFFFF
             return f"NET/{low - (1 << 32) if low >= 1 << 31 else low}"
-        if minor == 22:
+        if style == "hex":
             return f"NET/{node_id & 0xFFFFFFFFFFFFFFFF:x}"
-        local = graph.inter[c][0] if (minor == 23 and end == 1) else node_id
+        local = graph.inter[c][0] if (style == "sys-local-first" and end == 1) else node_id
         return f"NET/{sys_id(node_id)}-{local_id(local)}"
 
     gpu_id = {s.nodes[g].gpu.rank: s.nodes[g].id for g in s.gpus()}
@@ -1354,7 +1316,7 @@ def format_graph(paths: Paths, graph: Graph) -> list[str]:
         if graph.inter_node:
             line += " " + net_label(c, 0)
         for rank in graph.intra[c]:
-            if minor >= 27:
+            if release.graph_gpu_label == "id":
                 line += f" GPU/{sys_id(gpu_id[rank])}-{local_id(gpu_id[rank])}"
                 if graph.id == 3:
                     break  # NVLS channels name only their head
@@ -1366,9 +1328,9 @@ def format_graph(paths: Paths, graph: Graph) -> list[str]:
     return lines
 
 
-def _dev_attr(value: int, minor: int) -> str:
+def _dev_attr(value: int, long_hex: bool) -> str:
     """A channel's dev attribute: xmlSetAttrLong ("%#" PRIx64: "0", "0x7") from 2.21, xmlSetAttrInt before."""
-    if minor <= 20:
+    if not long_hex:
         low = value & 0xFFFFFFFF
         return str(low - (1 << 32) if low >= 1 << 31 else low)
     value &= 0xFFFFFFFFFFFFFFFF
@@ -1377,7 +1339,8 @@ def _dev_attr(value: int, minor: int) -> str:
 
 def _graph_element(paths: Paths, graph: Graph | None, gid: int, pattern: int) -> list[str]:
     s = paths.system
-    minor = s.rules.version.minor
+    release = s.rules.release
+    hex_dev = release.graph_xml_dev_hex
     if graph is None or graph.n_channels == 0:
         return [f'  <graph id="{gid}" pattern="{pattern}" crossnic="0" nchannels="0" speedintra="0" '
                 f'speedinter="0" latencyinter="0" typeintra="LOC" typeinter="LOC" samechannels="0"/>']
@@ -1389,14 +1352,14 @@ def _graph_element(paths: Paths, graph: Graph | None, gid: int, pattern: int) ->
     for c in range(graph.n_channels):
         out.append("    <channel>")
         if graph.inter_node:
-            out.append(f'      <net dev="{_dev_attr(graph.inter[c][0], minor)}"/>')
+            out.append(f'      <net dev="{_dev_attr(graph.inter[c][0], hex_dev)}"/>')
         for rank in graph.intra[c]:
-            rank_attr = f' rank="{rank}"' if minor >= 30 else ""
-            out.append(f'      <gpu dev="{_dev_attr(dev_of[rank], minor)}"{rank_attr}/>')
-            if graph.id == 3 and minor >= 21:
+            rank_attr = f' rank="{rank}"' if release.graph_xml_gpu_rank else ""
+            out.append(f'      <gpu dev="{_dev_attr(dev_of[rank], hex_dev)}"{rank_attr}/>')
+            if graph.id == 3 and release.graph_xml_nvls_head_only:
                 break  # NVLS graphs only name their head (2.21+; before, the rest of the row is written too)
         if graph.inter_node:
-            out.append(f'      <net dev="{_dev_attr(graph.inter[c][1], minor)}"/>')
+            out.append(f'      <net dev="{_dev_attr(graph.inter[c][1], hex_dev)}"/>')
         out.append("    </channel>")
     out.append("  </graph>")
     return out
@@ -1406,12 +1369,12 @@ def graphs_xml(paths: Paths, graphs: dict[str, Graph]) -> str:
     """The graphs as NCCL_GRAPH_DUMP_FILE writes them (ncclTopoDumpGraphs), in the version's order:
     ring, tree, CollNet (one graph until 2.21; direct then chain after, direct with id 2 in 2.22 and
     4 from 2.23), NVLS — the ones not searched written empty."""
-    minor = paths.system.rules.version.minor
+    direct_id = paths.system.rules.release.collnet_direct_graph_id
     lines = ['<graphs version="1">']
     lines += _graph_element(paths, graphs.get("ring"), 0, RING)
     lines += _graph_element(paths, graphs.get("tree"), 1, BALANCED_TREE)
-    if minor >= 22:
-        lines += _graph_element(paths, graphs.get("collnet_direct"), collnet_direct_graph_id(minor), COLLNET_DIRECT)
+    if direct_id is not None:
+        lines += _graph_element(paths, graphs.get("collnet_direct"), direct_id, COLLNET_DIRECT)
     lines += _graph_element(paths, graphs.get("collnet_chain"), 2, TREE)
     lines += _graph_element(paths, graphs.get("nvls"), 3, NVLS)
     lines.append("</graphs>")

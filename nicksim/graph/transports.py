@@ -58,7 +58,7 @@ def channel_net(paths: Paths, graph: Graph, channel: int, rank: int) -> int | No
 
 
 def _net_text(paths: Paths, graph: Graph, channel: int, rank: int, send: bool) -> str:
-    minor = paths.system.rules.version.minor
+    release = paths.system.rules.release
     net = channel_net(paths, graph, channel, rank)
     if net is None:
         return f"NET/{paths.net_plugin}"
@@ -69,7 +69,7 @@ def _net_text(paths: Paths, graph: Graph, channel: int, rank: int, send: bool) -
         text += f"({gdr.proxy_rank + rank - local})"
     if gdr is not None and gdr.enabled and paths.net_plugin != "Socket":
         text += "/GDRDMA"
-        if minor >= 30 and gdr.mode == "PCI":
+        if release.net_text_gdr_pci and gdr.mode == "PCI":
             text += "(PCI)"
     return text
 
@@ -80,7 +80,7 @@ def _local_text(paths: Paths, a: int, b: int) -> tuple[str, str] | None:
     t = paths.transports.get((a % per_node, b % per_node))
     if t is None:
         return None
-    if t.kind == "SHM" and paths.system.rules.version.minor >= 30:
+    if t.kind == "SHM" and paths.system.rules.release.shm_text_direct:
         return "SHM", "SHM/direct"
     return t.kind, t.detail
 

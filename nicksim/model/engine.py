@@ -40,10 +40,13 @@ import simpy
 from ..calls import Call
 from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
-from ..plan import (COLLNET_SWITCH, NCCL_STEPS, NVLS_SWITCH, PAT_MAX_ROUND, Plan,
-                    plan_call, rank_programs)
-from ..plan_p2p import p2p_setup
-from ..tuning import ll_max_bw_gbps, net_overhead_us
+from ..plan.build import call_plan, job_programs
+from ..plan.chunking import NCCL_STEPS, Plan, plan_call
+from ..plan.collnet import COLLNET_SWITCH
+from ..plan.p2p import p2p_setup
+from ..plan.pat import PAT_MAX_ROUND
+from ..plan.programs import NVLS_SWITCH
+from ..tuning.cost import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
@@ -910,26 +913,16 @@ def _spread(paths: tuple[tuple[int, ...], ...], weights: tuple[float, ...], shor
 
 
 def _p2p_plan(job, call: Call, max_chunks: int) -> tuple[Plan, dict[int, tuple], int]:
-    """A plan record, every rank's programs for sendrecv / alltoall (plan_p2p.py) and their chunk
-    factor: every `factor` consecutive chunks run as one primitive over their bytes, so that a rank
-    runs no more than 8 x `max_chunks` of them over all its streams (at least 2 per stream)."""
+    """NCCL's point-to-point plan record, every rank's programs for sendrecv / alltoall and their
+    chunk factor: every `factor` consecutive chunks run as one primitive over their bytes, so that a
+    rank runs no more than 8 x `max_chunks` of them over all its streams (at least 2 per stream)."""
     p2p = p2p_setup(job)
     lengths = [p2p.stream_chunks(call, r) for r in range(job.nranks)]
     longest = max((n for per_rank in lengths for n in per_rank), default=0)
     streams = max((len(per_rank) for per_rank in lengths), default=1)
     factor = max(1, -(-longest // max(2, 8 * max_chunks // max(1, streams))))
-    programs = {r: p2p.programs(call, r, chunks_per_prim=factor) for r in range(job.nranks)}
-    return p2p.plan_record(call, programs[0]), programs, factor
-
-
-def _programs(job, plan: Plan, ranks: Sequence[int] | None = None) -> dict[int, tuple]:
-    algorithm = plan.algorithm
-    trees = job.tree_links() if algorithm == "Tree" else {}
-    collnet = job.collnet_layout() if algorithm.startswith("CollNet") else None
-    nvls = job.nvls_layout() if algorithm in ("NVLS", "NVLSTree") else None
-    rings = job.channels.rings
-    ranks = range(job.nranks) if ranks is None else ranks
-    return {r: rank_programs(plan, rings, trees, r, nvls, collnet) for r in ranks}
+    plan = call_plan(job, call)
+    return plan, job_programs(job, plan, chunks_per_prim=factor), factor
 
 
 def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
@@ -976,7 +969,7 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
 def _call_plan(job, call: Call, max_chunks: int, plan: Plan | None = None
                ) -> tuple[Plan, Plan, int, dict[int, tuple] | None]:
     """(NCCL's plan, the plan as run, its chunk factor, the point-to-point programs or None)."""
-    if call.collective in ("alltoall", "sendrecv"):
+    if call.info.p2p:
         plan, programs, factor = _p2p_plan(job, call, max_chunks)
         return plan, plan, factor, programs
     plan = plan or plan_call(job.comm, call)
@@ -1003,7 +996,7 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
         sim.collapse = _collapse(sim, run_plan) if collapse else None
         ranks = None if sim.collapse is None else sim.collapse.rep_ranks(job.nranks)
         sim.simulated = frozenset(ranks or ())
-        programs = _programs(job, run_plan, ranks)
+        programs = job_programs(job, run_plan, ranks)
         if sim.collapse is not None:  # each channel run by its representatives only
             programs = {r: tuple(p for p in progs if sim.collapse.is_rep(r, p.channel))
                         for r, progs in programs.items()}
@@ -1047,7 +1040,7 @@ def simulate_sequences(setup: DesSetup, calls: Mapping[int, Sequence[Call]],
             c = runs.get((comm, index, call))
             if c is None:
                 c = runs[(comm, index, call)] = _CallRun(sim, index, run_plan, factor, comm)
-            progs = programs[rank] if programs is not None else _programs(job, run_plan, [rank])[rank]
+            progs = programs[rank] if programs is not None else job_programs(job, run_plan, [rank])[rank]
             steps.append((c, progs))
         sequences[rank] = steps
     sim.run_sequences(sequences)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from ..cluster import Cluster, fabric_routes
+from ..graph.cluster import Cluster, fabric_routes
 from ..errors import UsageError
 
 __all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "cable_route", "cable_routes", "net_route",

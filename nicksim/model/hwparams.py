@@ -48,10 +48,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..constants.rules import rules
 from ..constants.topo_rules import NET_STEP_US
 from ..constants.tuning_tables import TuningTables
 from ..errors import UsageError
-from ..search import SPEEDS
+from ..graph.search import search_ladder
 
 __all__ = ["DesParams", "des_params", "with_overrides", "check_override", "PARAM_NAMES", "LINK_KINDS", "SET_NAMES",
            "wire_nbytes"]
@@ -107,8 +108,7 @@ def des_params(tables: TuningTables, sm: int, net_overhead_us: float = 1.0,
     """The defaults for a GPU of compute capability `sm` under `tables`' NCCL release, on hosts whose
     proxy costs `net_overhead_us` per network step, with LL capped at `ll_max_bw_gbps` per rank and
     a network plugin that states `net_latency_us`."""
-    blackwell = sm >= 100 and tables.version.minor >= 25  # before 2.25 Blackwell searched with SM90's ladder
-    cta = SPEEDS["intra"][100 if blackwell else 90 if sm >= 90 else 0][0]
+    cta = search_ladder(rules(tables.version), sm, inter=False)[0]  # before 2.25 Blackwell searched with SM90's ladder
     nvls = _NVLS_EFFICIENCY[100] if sm >= 100 else _NVLS_EFFICIENCY[90]
     return DesParams(tables, cta, nvls, net_overhead_us=net_overhead_us, ll_max_bw_gbps=ll_max_bw_gbps,
                      net_latency_us=net_latency_us)

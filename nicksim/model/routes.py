@@ -24,8 +24,8 @@ computed once per connection and kept.
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..paths import p2p_net
-from ..transports import channel_net
+from ..graph.paths import p2p_net
+from ..graph.transports import channel_net
 from .fabric import Fabric, cable_routes, node_route
 
 __all__ = ["Router", "HW_NVLINK", "HW_PCI", "HW_NET", "NET_CONN_SLOTS"]

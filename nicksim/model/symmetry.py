@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..plan import nvls_tree_links
+from ..plan.programs import nvls_tree_links
 
 __all__ = ["Collapse", "node_classes", "COLLAPSIBLE"]
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = ["COLLNET_SWITCH", "CollNetLayout", "collnet_chunk_nbytes", "collnet_direct_allreduce",
            "collnet_chain_allreduce", "collnet_direct_allgather", "collnet_direct_reducescatter",

@@ -24,18 +24,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from .calls import Call
-from .connect import p2p_channels, p2p_chunk_nbytes
-from .errors import UsageError
-from .plan import ChannelProgram, Plan, Prim, Stream
+from ..calls import Call
+from ..constants.rules import releases_where, rules_for_minor
+from ..errors import UsageError
+from ..graph.connect import p2p_channels, p2p_chunk_nbytes
+from ..params import KNOBS
+from ..tuning.p2p import p2p_ll_threshold_nbytes
+from .chunking import NCCL_STEPS, Plan
+from .programs import ChannelProgram, Prim, Stream
 
-__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks", "p2p_ll_threshold_nbytes",
-           "u32fp8_round", "P2pSetup", "p2p_setup"]
+__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks", 
+           "u32fp8_round", "P2pSetup", "p2p_setup", "p2p_summary"]
 
-NCCL_STEPS = 8
-P2P_LL_THRESHOLD_NBYTES = 16384  # NCCL_P2P_LL_THRESHOLD
+# NCCL_P2P_LL_THRESHOLD's default, from the knob table
+_LL_THRESHOLD_NBYTES = KNOBS["NCCL_P2P_LL_THRESHOLD"].default
 MAX_DEV_WORK_P2P_PER_BATCH = 8  # device.h NCCL_MAX_DEV_WORK_P2P_PER_BATCH
-MODELLED_MINORS = (22, 30)
 
 
 def _pow2_up(v: int) -> int:
@@ -53,7 +56,7 @@ def p2p_schedule(rank: int, nodes: int, per_node: int, version_minor: int, group
         -> list[tuple[int, int]]:
     """(send rank, receive rank) per round for `rank` (init.cc p2pSchedule of the release);
     `group_size` is NCCL_P2P_SCHEDULE_GROUP_SIZE (2.28+)."""
-    if version_minor <= 27:
+    if rules_for_minor(version_minor).p2p_schedule == "node-deltas":
         return _node_schedule(rank, nodes, per_node)
     return _group_schedule(rank, nodes, per_node, p2p_group_size(nodes, per_node, group_size))
 
@@ -110,7 +113,7 @@ def _group_schedule(rank: int, nodes: int, per_node: int, size: int) -> list[tup
 
 def _channel_base(round_: int, nodes: int, per_node: int, n_p2p_channels: int, version_minor: int,
                   group_size: int) -> int:
-    if version_minor <= 27:
+    if rules_for_minor(version_minor).p2p_schedule == "node-deltas":
         if nodes > 1:
             node_delta, local_delta = divmod(round_, per_node)
             base = node_delta * _div_up(per_node, MAX_DEV_WORK_P2P_PER_BATCH) + local_delta // MAX_DEV_WORK_P2P_PER_BATCH
@@ -133,7 +136,7 @@ def _reverse_bits(value: int, nbits: int) -> int:
 
 
 def _channel_for_part(n_p2p_channels: int, base: int, part: int, version_minor: int) -> int:
-    if version_minor <= 27:  # parts at bit-reversed offsets from the base
+    if rules_for_minor(version_minor).p2p_schedule == "node-deltas":  # parts at bit-reversed offsets from the base
         return (base + _reverse_bits(part, (n_p2p_channels - 1).bit_count())) & (n_p2p_channels - 1)
     return (base + part) & (n_p2p_channels - 1)
 
@@ -179,11 +182,12 @@ def _parts(nbytes: int, step: int, nodes: int, fewest: int, most: int) -> int:
 def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
                   p2p_chunk_nbytes: int, version_minor: int, group_size: int = 8,
                   ll_buff_nbytes: int = 512 * 1024,
-                  ll_threshold_nbytes: int = P2P_LL_THRESHOLD_NBYTES) -> list[P2pTransfer]:
+                  ll_threshold_nbytes: int = _LL_THRESHOLD_NBYTES) -> list[P2pTransfer]:
     """The transfers `rank` makes for a sendrecv (to rank+1, from rank-1) or an alltoall; LL while
     a peer's bytes fit `ll_threshold_nbytes` per part (NCCL_P2P_LL_THRESHOLD), in LL slots of
     `ll_buff_nbytes` / NCCL_STEPS (the LL buffer, NCCL_LL_BUFFSIZE)."""
     _check_release(version_minor)
+    parts_first = rules_for_minor(version_minor).p2p_parts_first
     group_size = p2p_group_size(nodes, per_node, group_size)
     n = call.nranks
     peer_nbytes = call.count * call.elem_nbytes
@@ -205,7 +209,7 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
         for send, peer in wanted:
             self_send = peer == rank
             network = peer // per_node != rank // per_node
-            if version_minor <= 28:  # LL while the bytes fit nChannelsMax x 16 KiB
+            if not parts_first:  # LL while the bytes fit nChannelsMax x 16 KiB
                 protocol = "LL" if (not self_send and peer_nbytes <= most * ll_threshold_nbytes) else "Simple"
             else:  # parts first, by the Simple step; LL while the bytes fit them x 16 KiB
                 parts = _parts(peer_nbytes, p2p_chunk_nbytes, nodes, fewest, most)
@@ -218,7 +222,7 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
                 elif peer_nbytes < 8 * step:
                     chunk //= 2
             data = u32fp8_round(chunk // 2 if protocol == "LL" else chunk)
-            if version_minor <= 28:
+            if not parts_first:
                 parts = _parts(peer_nbytes, step, nodes, fewest, most)
             channels = tuple(_channel_for_part(n_p2p_channels, base, p, version_minor) for p in range(parts))
             out.append(P2pTransfer(round_, peer, send, peer_nbytes, protocol, data, channels))
@@ -238,9 +242,9 @@ def _segment(call: Call, src: int, dst: int) -> int:
 
 
 def _check_release(version_minor: int) -> None:
-    if not MODELLED_MINORS[0] <= version_minor <= MODELLED_MINORS[1]:
+    if not rules_for_minor(version_minor).p2p_plans_modelled:
         raise UsageError(f"point-to-point plans of NCCL 2.{version_minor} are not modelled", "--nccl-version",
-                         "2.22 to 2.30")
+                         releases_where("p2p_plans_modelled"))
 
 
 def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
@@ -296,7 +300,7 @@ class P2pSetup:
     version_minor: int
     group_size: int
     ll_buff_nbytes: int = 512 * 1024
-    ll_threshold_nbytes: int = P2P_LL_THRESHOLD_NBYTES
+    ll_threshold_nbytes: int = _LL_THRESHOLD_NBYTES
 
     @property
     def _ll(self) -> tuple[int, int]:
@@ -328,7 +332,17 @@ def p2p_setup(job) -> P2pSetup:
                     p2p_ll_threshold_nbytes(job.params))
 
 
-def p2p_ll_threshold_nbytes(params) -> int:
-    """NCCL_P2P_LL_THRESHOLD (enqueue.cc, default 16 KiB): a part of at most this many bytes goes LL."""
-    value = params.get("NCCL_P2P_LL_THRESHOLD")
-    return P2P_LL_THRESHOLD_NBYTES if value is None or value < 0 else int(value)
+def p2p_summary(job, call: Call) -> tuple[str, int]:
+    """The protocol and channel count that stand for a point-to-point call: rank 0's largest
+    transfer to a peer as NCCL 2.22-2.30 plan it (the self-copy of alltoall never uses LL, so the
+    peers' transfers say what the call looks like); before 2.22, LL up to NCCL_P2P_LL_THRESHOLD and
+    the p2p channels per peer."""
+    setup = p2p_setup(job)
+    if rules_for_minor(setup.version_minor).p2p_plans_modelled:
+        transfers = p2p_transfers(call, 0, setup.nodes, setup.per_node, setup.n_channels, setup.per_peer,
+                                  setup.chunk_nbytes, setup.version_minor, setup.group_size, *setup._ll)
+        biggest = max((t for t in transfers if t.peer != 0), key=lambda t: len(t.channels), default=None)
+        if biggest is not None:
+            return biggest.protocol, len(biggest.channels)
+    nbytes = call.count * call.elem_nbytes
+    return ("LL" if nbytes <= setup.ll_threshold_nbytes else "Simple"), setup.per_peer

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UsageError
+from ..constants.rules import releases_where, rules_for_minor
+from ..errors import UsageError
 
-__all__ = ["PatStep", "PatSlots", "PatShape", "PatOp", "pat_shape", "pat_rs_steps", "pat_ag_steps", "pat_ops",
-           "PAT_RELEASES"]
+__all__ = ["PAT_MAX_ROUND", "PatStep", "PatSlots", "PatShape", "PatOp", "pat_shape", "pat_rs_steps", "pat_ag_steps", "pat_ops"]
+
+PAT_MAX_ROUND = 16  # NCCL_PAT_NWORKERS / WARP_SIZE: at most this many steps per round
 
 NCCL_STEPS = 8
 PAT_NWORKERS = 512  # collectives.h NCCL_PAT_NWORKERS (2.26-2.30)
 WARP_SIZE = 32
-PAT_RELEASES = (26, 30)  # minors whose PAT generator is modelled
 
 
 @dataclass(frozen=True)
@@ -421,9 +422,9 @@ def pat_ops(call, part, step_nbytes: int, rank: int, version_minor: int) -> list
     group g runs steps g, g + parallelFactor, ... and every step ends on a barrier of all groups
     (prims_simple.h patBarrier), so step i belongs to round i // parallelFactor. Skipped steps
     are dropped, as they move nothing."""
-    if not PAT_RELEASES[0] <= version_minor <= PAT_RELEASES[1]:
+    if not rules_for_minor(version_minor).pat_programs_modelled:
         raise UsageError(f"PAT programs of NCCL 2.{version_minor} are not modelled", "--nccl-version",
-                         "2.26 to 2.30 (2.23-2.25 ran an older PAT schedule)")
+                         f"{releases_where('pat_programs_modelled')} (2.23-2.25 ran an older PAT schedule)")
     n = call.nranks
     rs = call.collective == "reduce_scatter"
     steps_of = pat_rs_steps if rs else pat_ag_steps

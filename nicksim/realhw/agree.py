@@ -13,7 +13,7 @@ import hashlib
 import json
 
 from ..errors import NickSimError
-from ..plan import Plan
+from ..plan.chunking import Plan
 
 __all__ = ["PlanMismatchError", "plan_fingerprint", "check_same_plan"]
 

@@ -30,15 +30,12 @@ import numpy as np
 
 from ..calls import Call
 from ..errors import NickSimError, UsageError
-from ..plan import ChannelProgram, Prim
+from ..plan.programs import ChannelProgram, Prim
 from .kernels import combine, post_op, pre_op, storage_dtype
 from .net import NetPeers, ProxiedEnd, fifo_name
 from .shm import ShmRing, segment_name
 
-__all__ = ["ExecuteError", "HostOps", "HOST_OPS", "open_links", "run_programs", "links_of", "link_protocols", "check_runnable",
-           "P2P_COLLECTIVES"]
-
-P2P_COLLECTIVES = ("alltoall", "sendrecv")
+__all__ = ["ExecuteError", "HostOps", "HOST_OPS", "open_links", "run_programs", "links_of", "link_protocols", "check_runnable"]
 
 _READS_INPUT = {"send", "copySend", "copy", "recvReduceSend", "recvReduceCopySend", "recvReduceCopy"}
 _WRITES_OUTPUT = {"copySend", "copy", "recvReduceCopySend", "recvReduceCopy", "recvCopySend", "recv"}
@@ -262,7 +259,7 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
     done by `ops` (numpy here; CuPy kernels over device buffers and rings: cuda_ipc.py). Where
     `spans` is a list, each pass over slots appends (channel, stream, primitive, recv_from,
     send_to, first step, steps, start, end), times from time.perf_counter in seconds."""
-    if call.collective in P2P_COLLECTIVES:  # moved as bytes, reduced never
+    if call.info.p2p:  # moved as bytes, reduced never
         dtype, op, reducing, bufs = "uint8", "sum", False, _P2pBuffers(call, sendbuf, recvbuf)
     else:
         dtype, op, reducing = call.dtype, (call.redop if call.redop != "none" else "sum"), call.redop != "none"

@@ -15,41 +15,46 @@ NCCL's ladder gives CPU-only nodes.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import tempfile
 import time
-from dataclasses import dataclass
-from typing import Mapping, NoReturn, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Mapping, NoReturn, Sequence
 
 import numpy as np
 
 from ..calls import Call, call_for_size
-from ..errors import NickSimError, UsageError
+from ..errors import NickSimError, RanksFailed, UsageError
 from ..job import JobSpec, load_job
-from ..joblog import JobLogger
-from ..logs import Identity, LogSink, debug_config
+from ..topology.catalog import HOST_SYSTEM
+from ..formats.joblog import JobLogger
+from ..formats.logs import Identity, LogSink, debug_config
 from ..params import Params
-from ..plan import plan_call, rank_programs
-from ..plan_p2p import p2p_setup
-from ..report import measurement, ResultRow
+from ..plan.build import call_plan, job_programs
+from ..formats.report import ResultRow, format_row, measurement, table_footer, table_header
 from .agree import check_same_plan, plan_fingerprint
 from .bootstrap import Bootstrap, BootstrapError
-from .execute import HOST_OPS, P2P_COLLECTIVES, ExecuteError, check_runnable, open_links, run_programs
+from .execute import HOST_OPS, ExecuteError, check_runnable, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .cuda_kernels import GpuUnavailable, gpu_unavailable
-from .launch import RankEnv
+from .launch import LAUNCHERS, RankEnv, rank_env, root_address
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
 from .net_ib import IbNet, ib_net
 from .verbs import VerbsError, VerbsUnavailable, verbs_unavailable
 from .shm import NCCL_STEPS, ShmTimeoutError
 
-__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "plan_rank", "check_job_runnable", "run_device", "slot_nbytes", "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output", "count_wrong"]
+__all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "RunDone", "run_command", "run_job",
+           "spawned_layout", "unused_here", "check_runnable_here", "plan_rank", "run_device", "slot_nbytes",
+           "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output",
+           "count_wrong"]
 
-HOST_SYSTEM = "pcie-8x-rtx4090"  # GPUs with no P2P between them: every connection is SHM
 MAX_RANKS_PER_HOST = 8  # the GPUs HOST_SYSTEM has
 MAX_SPAWNED_RANKS = 16  # perf --engine real: a process per rank of another system's job, on this host
 
@@ -61,15 +66,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def spawn(argv: Sequence[str], nranks: int, environ: Mapping[str, str], timeout_s: float) -> int:
-    """Run `nicksim ARGV` as `nranks` ranks on this host; the worst exit status of them."""
+def spawn(command: Sequence[str], nranks: int, environ: Mapping[str, str], timeout_s: float,
+          poll: Callable[[], None] | None = None) -> int:
+    """Run `python COMMAND` as `nranks` ranks on this host, each with torchrun's variables and
+    NICKSIM_COMM_ID set so that it joins as under a launcher; `poll()` is called while they run.
+    The worst exit status of them."""
     root = f"127.0.0.1:{free_port()}"
     procs = []
     for rank in range(nranks):
         env = dict(environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank), NICKSIM_COMM_ID=root)
-        # Rank 0 prints the table; every rank prints its own NCCL_DEBUG lines (to the shared stdout,
-        # as under mpirun) and its errors.
-        procs.append(subprocess.Popen([sys.executable, "-m", "nicksim", *argv], env=env))
+        # Every rank prints its own NCCL_DEBUG lines (to the shared stdout, as under mpirun) and its errors.
+        procs.append(subprocess.Popen([sys.executable, *command], env=env))
     try:
         worst, failed_at = 0, None
         while any(p.poll() is None for p in procs):
@@ -80,7 +87,11 @@ def spawn(argv: Sequence[str], nranks: int, environ: Mapping[str, str], timeout_
                 for p in procs:
                     if p.poll() is None:
                         p.kill()
+            if poll is not None:
+                poll()
             time.sleep(0.05)
+        if poll is not None:
+            poll()
         for p in procs:
             worst = max(worst, p.returncode if p.returncode >= 0 else 128 - p.returncode)
         return worst
@@ -116,8 +127,7 @@ class RunOptions:
 def rank_input(call: Call, rank: int) -> np.ndarray:
     """Rank `rank`'s send buffer: small whole values that differ by rank and element (exact in
     every type, so a reduction in any order gives the same integers)."""
-    n = call.count * (call.nranks if call.collective in ("reduce_scatter", "alltoall") else 1)
-    values = (np.arange(n, dtype=np.int64) * 7 + rank * 13) % 9 - 4
+    values = (np.arange(call.send_count, dtype=np.int64) * 7 + rank * 13) % 9 - 4
     if call.dtype == "bfloat16":
         return from_float(values.astype(np.float32))
     return values.astype(storage_dtype(call.dtype))
@@ -165,8 +175,7 @@ def _buffers(call: Call, rank: int, in_place: bool, xp=np) -> tuple[np.ndarray, 
     sets them: all_gather's input at the rank's own piece, reduce_scatter's output at its own);
     made by `xp`, numpy or CuPy."""
     storage = storage_dtype(call.dtype)
-    out_n = call.count * (call.nranks if call.collective in ("all_gather", "alltoall") else 1)
-    in_n = call.count * (call.nranks if call.collective in ("reduce_scatter", "alltoall") else 1)
+    out_n, in_n = call.recv_count, call.send_count
     if not in_place:
         return xp.empty(in_n, storage), xp.zeros(out_n, storage)
     if call.collective == "all_gather":
@@ -221,7 +230,7 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
     # In place, a point-to-point call sends from the buffer it receives into, and its pieces
     # cross (sendrecv's whole buffer, alltoall's pieces for peers whose sends arrive first):
     # the sends read a copy taken as the call starts, within the timed call.
-    snapshot = in_place and call.collective in P2P_COLLECTIVES
+    snapshot = in_place and call.info.p2p
 
     def once():
         if on_call is not None:
@@ -259,22 +268,8 @@ def _placed(gpu, host: np.ndarray):
 
 def plan_rank(job, call: Call, rank: int):
     """The plan of `call` (a P2P plan record for sendrecv and alltoall) and `rank`'s programs."""
-    if call.collective in P2P_COLLECTIVES:
-        p2p = p2p_setup(job)
-        programs = p2p.programs(call, rank)
-        return p2p.plan_record(call, programs), programs
-    plan = plan_call(job.comm, call)
-    trees = job.tree_links() if plan.algorithm == "Tree" else {}
-    return plan, rank_programs(plan, job.channels.rings, trees, rank)
-
-
-def check_job_runnable(job, options: RunOptions) -> None:
-    """Raise UsageError, before any rank starts, where a size's plan is one the real backend
-    cannot run (every rank would stop with the same line)."""
-    for size in options.sizes:
-        call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, job.nranks)
-        plan, programs = plan_rank(job, call, 0)
-        check_runnable(programs, plan.algorithm)
+    plan = call_plan(job, call)
+    return plan, job_programs(job, plan, [rank])[rank]
 
 
 def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, timeout_s: float,
@@ -515,3 +510,151 @@ def _layout_text(nranks: int, nnodes: int, ifname: str, net: NetPeers | None, gp
     socks = f"{net.config.nthreads} x {net.config.nsocks_per_thread}" if net.config.nsocks else "1"
     return (f"{nranks} ranks on {nnodes} hosts, {nranks // nnodes} per host (shared memory inside a host, sockets "
             f"between hosts over {ifname}: {socks} socket(s) per connection)")
+
+
+def spawned_layout(job) -> str:
+    """Where `run_job`'s ranks run: every one a process on this host, on its GPU where
+    NICKSIM_DEVICE=gpu."""
+    if run_device(job.params) == "gpu":
+        return f"{job.nranks} ranks on this host's GPUs (CUDA IPC, CuPy kernels)"
+    return f"{job.nranks} ranks on this host (shared memory)"
+
+
+def unused_here(params: Params) -> list[str]:
+    """The real backend's parts this host's ranks cannot use, each with the reason."""
+    unused = [] if str(params.get("NICKSIM_DEVICE")).strip().lower() == "gpu" else \
+        [f"GPU kernels and CUDA IPC ({gpu_unavailable()})"]
+    no_verbs = verbs_unavailable(params.get("NCCL_IB_HCA"), int(params.get("NCCL_IB_DISABLE")))
+    if no_verbs:
+        unused.append(f"IB verbs ({no_verbs})")
+    return unused
+
+
+def _rows_as_calls(job, calls: Sequence[Call]) -> tuple[int, ...]:
+    """nccl-tests' sizes whose calls are `calls` (the ranks make each call from its size)."""
+    first = calls[0]
+    sizes = tuple(call.nbytes for call in calls)
+    for call, size in zip(calls, sizes):
+        again = call_for_size(first.collective, size, first.dtype, first.redop, max(first.root, 0), job.nranks)
+        if call.collective != first.collective or again != call:
+            raise UsageError(f"{call.collective} of {call.count} {call.dtype}", "real engine",
+                             "nccl-tests' calls of one collective (as `perf` makes them for each size)")
+    return sizes
+
+
+def check_runnable_here(job, calls: Sequence[Call]) -> None:
+    """Raise UsageError where `job`'s `calls` cannot run here: more ranks than processes this host
+    takes, NICKSIM_DEVICE=gpu without a GPU, or a plan the backend cannot run (every rank would
+    stop with the same line)."""
+    if job.nranks > MAX_SPAWNED_RANKS:
+        raise UsageError(f"the job has {job.nranks} ranks, each a process on this host", "--engine real",
+                         f"a job of at most {MAX_SPAWNED_RANKS} ranks (--nodes, --gpus-per-node)")
+    run_device(job.params)
+    for call in calls:
+        plan, programs = plan_rank(job, call, 0)
+        check_runnable(programs, plan.algorithm)
+
+
+def run_job(job, calls: Sequence[Call], iters: int, warmup_iters: int, check: int, trace: bool,
+            on_result=None, result_type=None) -> list:
+    """`calls` run for real on `job`'s plans: a process per rank on this host (`python -m
+    nicksim.realhw.worker`), each joining as under a launcher; rank 0 hands back each size's
+    times and wrong-element counts as it completes, which become `result_type` records
+    (engines.CallResult) passed to `on_result`. A plan the backend cannot run is refused before
+    any rank starts; ranks that fail have said why on stderr (RanksFailed)."""
+    if not calls:
+        return []
+    sizes = _rows_as_calls(job, calls)
+    first = calls[0]
+    options = RunOptions(first.collective, sizes, first.dtype, first.redop, max(first.root, 0), iters, warmup_iters,
+                         check, job.spec.nccl_version, trace, job.spec)
+    results: list = []
+    with tempfile.TemporaryDirectory(prefix="nicksim-real-") as tmp:
+        task, out = Path(tmp) / "task.json", Path(tmp) / "results.jsonl"
+        task.write_text(json.dumps({"options": {**asdict(options), "job_spec": asdict(job.spec)},
+                                    "settings": {k: v for k, v in job.params.raw.items() if k != "NICKSIM_COMM_ID"},
+                                    "results": str(out)}))
+        read = [0]
+
+        def collect() -> None:  # rank 0 appends a line per size as it completes
+            if not out.exists():
+                return
+            text = out.read_text()
+            lines = text[read[0]:].split("\n")
+            for line in lines[:-1]:
+                read[0] += len(line) + 1
+                item = json.loads(line)
+                call = calls[len(results)]
+                result = result_type(call, item["time_us"], item["algorithm"], item["protocol"], item["nchannels"],
+                                     item["nthreads"], "real", tuple(tuple(s) for s in item["spans"] or ()) or None,
+                                     item["in_place_time_us"], tuple(item["nwrong"]))
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+
+        # The ranks are this run's, whatever launcher may have started this process.
+        launcher_vars = {name for launcher in LAUNCHERS for name in launcher[1:]}
+        environ = {k: v for k, v in os.environ.items() if k not in launcher_vars}
+        status = spawn(["-m", "nicksim.realhw.worker", str(task)], job.nranks, environ,
+                       float(job.params.get("NICKSIM_TIMEOUT")), collect)
+    if status:
+        raise RanksFailed(status)
+    return results
+
+
+@dataclass(frozen=True)
+class RunDone:
+    """How `nicksim run` ended in this process: its exit status, and on rank 0 (or the process
+    that started the ranks: none) the rows and the ranks that ran them."""
+
+    status: int
+    rows: tuple[ResultRow, ...] = ()
+    nranks: int = 0
+
+
+def run_command(options: RunOptions, params: Params, nranks: int | None, argv: Sequence[str], header: str,
+                emit: Callable[[str], None], on_trace=None) -> RunDone:
+    """`nicksim run`: without a launcher, start `nranks` ranks here, each running `nicksim ARGV`
+    as under one (at most MAX_RANKS_PER_HOST; a host is planned as HOST_SYSTEM); under a launcher,
+    be its rank. Rank 0 writes nccl-tests' output to `emit` (nicksim's header, what this host
+    cannot use, `header` — nccl-tests' run line —, the table as rows complete, the footer) and
+    gives the traced size to `on_trace(row, spans, nranks)`."""
+    env = rank_env(os.environ)
+    if env is None:  # no launcher: start the ranks here, each of them joining as under one
+        run_device(params)  # a device that cannot be used is said once, before any rank starts
+        if nranks is None:
+            raise UsageError("no launcher started this process and -np is not given", "nicksim run",
+                             "-np N, or run under torchrun, mpirun or srun")
+        if nranks > MAX_RANKS_PER_HOST:
+            raise UsageError(f"-np {nranks} ranks on this host", "-np", f"at most {MAX_RANKS_PER_HOST}: a host "
+                             f"is planned as {HOST_SYSTEM}, whose GPUs join by shared memory")
+        return RunDone(spawn(["-m", "nicksim", *argv], nranks, os.environ, float(params.get("NICKSIM_TIMEOUT"))))
+    root = root_address(params, os.environ)
+    if root is None:
+        raise UsageError(f"rank {env.rank} of {env.size} ({env.launcher}) has no root to join", "nicksim run",
+                         "NICKSIM_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT")
+    if nranks is not None and nranks != env.size:
+        raise UsageError(f"-np {nranks} under {env.launcher}, which started {env.size} ranks", "-np",
+                         f"{env.size}, or leave -np out")
+
+    def joined(layout: str) -> None:  # nccl-tests prints its header once every rank is up
+        emit(f"# nicksim run {options.collective}: {layout}, NCCL {options.nccl_version} plans")
+        unused = unused_here(params)
+        if unused:
+            emit(f"# not used here: {'; '.join(unused)}")
+        emit(header)
+        for line in table_header():
+            emit(line)
+
+    printed: list[ResultRow] = []
+
+    def row_done(row: ResultRow) -> None:
+        emit(format_row(row, index=len(printed)))
+        printed.append(row)
+
+    traced = None if on_trace is None else (lambda row, spans: on_trace(row, spans, env.size))
+    rows = run_rank(env, root, options, params, joined, row_done, traced)
+    if env.rank == 0:
+        for line in table_footer(options.collective, rows, threads=1):
+            emit(line)
+    return RunDone(0, tuple(rows), env.size if env.rank == 0 else 0)

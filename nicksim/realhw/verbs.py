@@ -33,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import NickSimError
-from ..paths import ib_hca_selects
+from ..graph.paths import ib_hca_selects
 
 __all__ = ["VerbsError", "VerbsUnavailable", "VerbsApi", "IbPort", "PeerInfo", "Completion", "Region", "IbContext",
            "QueuePair", "rdma_devices", "ib_ports", "load_pyverbs", "resolve_api", "verbs_unavailable",

@@ -17,24 +17,19 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..calls import Call
-from ..forensics import Diagnosis, diagnose, read_evidence
+from ..calls import COLLECTIVE_TABLE, Call
+from ..forensics.evidence import Diagnosis
+from ..forensics.diagnose import diagnose
+from ..forensics.read import read_evidence
 from ..job import JobSpec, load_job
-from ..joblog import call_lines, init_lines
-from ..logs import DebugConfig, Identity, debug_config, format_line, line_kind
+from ..formats.joblog import call_lines, init_lines
+from ..formats.logs import DebugConfig, Identity, debug_config, format_line, line_kind
 from ..params import read_params
-from ..trace import chrome_trace
+from ..formats.trace import chrome_trace
 from .library import Op, Scenario
 
-__all__ = ["Standing", "Replay", "replay", "OP_TYPES", "TorchSettings"]
+__all__ = ["Standing", "Replay", "replay", "TorchSettings"]
 
-# PyTorch's OpType as its watchdog prints it, and its Flight Recorder profiling name, per collective
-# (c10d's opTypeToString; all_gather and reduce_scatter as the *_into_tensor calls issue them).
-OP_TYPES = {"all_reduce": ("ALLREDUCE", "nccl:all_reduce"), "broadcast": ("BROADCAST", "nccl:broadcast"),
-            "reduce": ("REDUCE", "nccl:reduce"), "all_gather": ("_ALLGATHER_BASE", "nccl:_allgather_base"),
-            "reduce_scatter": ("_REDUCE_SCATTER_BASE", "nccl:_reduce_scatter_base"),
-            "alltoall": ("ALLTOALL_BASE", "nccl:all_to_all")}
-_REDOP = {"all_reduce": "sum", "reduce": "sum", "reduce_scatter": "sum"}
 
 
 @dataclass(frozen=True)
@@ -60,16 +55,15 @@ class Replay:
 
 
 def _numels(op: Op, nranks: int) -> tuple[int, int]:
-    if op.collective == "all_gather":
-        return op.count, op.count * nranks
-    if op.collective == "reduce_scatter":
-        return op.count * nranks, op.count
-    return op.count, op.count
+    """PyTorch's NumelIn and NumelOut for the op: its send and receive buffers."""
+    info = COLLECTIVE_TABLE[op.collective]
+    return op.count * (nranks if info.send_per_rank else 1), op.count * (nranks if info.recv_per_rank else 1)
 
 
 def _call(op: Op, nranks: int) -> Call:
-    root = op.root if op.collective in ("broadcast", "reduce") else -1
-    return Call(op.collective, op.count, op.dtype, _REDOP.get(op.collective, "none"), root, nranks)
+    info = COLLECTIVE_TABLE[op.collective]
+    return Call(op.collective, op.count, op.dtype, "sum" if info.reduces else "none", op.root if info.rooted else -1,
+                nranks)
 
 
 def _standings(scenario: Scenario, run, delays: dict[int, float]) -> list[Standing]:
@@ -155,7 +149,7 @@ class _Writer:
     def watchdog(self, op: Op, seq: int, enqueued: int, completed: int, ran_ms: int, torch: "TorchSettings") -> None:
         """PyTorch's lines when the call times out: the watchdog's (or, with TORCH_NCCL_BLOCKING_WAIT=1,
         wait()'s own exception), and what TORCH_NCCL_ASYNC_ERROR_HANDLING then does."""
-        optype = OP_TYPES[op.collective][0]
+        optype = COLLECTIVE_TABLE[op.collective].torch_ops[0]
         numel_in, numel_out = _numels(op, self.s.nranks)
         tag = f"[rank{self.rank}]:[E1201 03:14:{15 + self.rank % 40:02d}.{418265 + self.rank:09d} "
         work = (f"WorkNCCL(SeqNum={seq}, OpType={optype}, NumelIn={numel_in}, NumelOut={numel_out}, "
@@ -199,7 +193,7 @@ class _Writer:
             pg_id, _, desc = op.pg.partition(" ")
             entries.append({"record_id": record, "pg_id": int(pg_id), "process_group": [pg_id, desc.strip("()")],
                             "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
-                            "profiling_name": OP_TYPES[op.collective][1], "time_created_ns": 1733022855 * 10**9 + seq,
+                            "profiling_name": COLLECTIVE_TABLE[op.collective].torch_profiling, "time_created_ns": 1733022855 * 10**9 + seq,
                             "input_sizes": [[numel_in]], "input_dtypes": ["Float"], "output_sizes": [[numel_out]],
                             "output_dtypes": ["Float"], "state": state, "retired": state == "completed",
                             "timeout_ms": self.s.timeout_ms, "is_p2p": False, "frames": []})
@@ -259,7 +253,7 @@ def _nccl_tests(scenario: Scenario, job, version: str) -> tuple[list[str], tuple
     Refused where NCCL's own rules would enable LL128 here (nothing would be unsupported)."""
     from ..errors import UsageError
     from ..model.engine import des_setup, simulate
-    from ..report import ResultRow, format_row, measurement, table_footer, table_header
+    from ..formats.report import ResultRow, format_row, measurement, table_footer, table_header
     own = load_job(job.spec, read_params({k: v for k, v in scenario.shared_env().items() if k != "NCCL_PROTO"}))
     if own.comm.table.bw("AllReduce", "Ring", "LL128") > 0:
         raise UsageError(f"{scenario.name}: NCCL enables LL128 on {scenario.system} by itself", "scenario",

@@ -20,7 +20,7 @@ from numbers import Integral, Real
 from types import MappingProxyType
 from typing import NamedTuple
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = [
     "DEFAULT_SIZES_NBYTES",

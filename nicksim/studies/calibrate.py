@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 from .validate import SCORED_MIN_NBYTES, Case, CaseResult, run_case
 
 __all__ = ["Fit", "HeldOut", "FIT_NAMES", "DEFAULT_VALUES", "fit", "source_of", "calibration_text", "format_fit"]

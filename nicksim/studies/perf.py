@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from .calls import call_for_size
-from .engines import ENGINES, EngineResult, engine_result
-from .errors import UsageError
-from .job import Job
-from .report import MeasuredTable, ResultRow, measurement, read_results
+from ..calls import COLLECTIVE_TABLE, call_for_size
+from ..constants.tuning_tables import PROTOCOLS
+from ..engines import CallResult, Engine, engine_named
+from ..errors import UsageError
+from ..job import Job
+from ..formats.report import (MeasuredTable, ResultRow, format_row, measurement, read_results, results_json,
+                              run_header, table_footer, table_header)
+from ..formats.tables import Records
+from ..tuning.cost import format_tuning_table
 
-__all__ = ["parse_size", "sweep_sizes", "perf_rows", "Comparison", "compare", "format_comparison", "size_band",
+__all__ = ["parse_size", "sweep_sizes", "perf_rows", "result_row_of", "PerfOptions", "Perf", "run_perf", "Comparison", "compare", "format_comparison", "size_band",
            "measured_table"]
 
 
@@ -53,27 +58,186 @@ def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, s
 
 
 def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float", redop: str = "sum",
-              root: int = 0, engine: str = "model", setup=None) -> list[tuple[ResultRow | None, EngineResult]]:
-    """One nccl-tests row per size, timed by `engine`, with the engine's plan attached (`setup`:
-    the DES setup). A DES run that hangs ends the list with (None, its result)."""
-    if engine not in ENGINES:
-        raise UsageError(f"engine '{engine}' is not available", "--engine", ", ".join(ENGINES))
+              root: int = 0, engine: Engine | str = "nccl",
+              on_row: Callable[[ResultRow | None, CallResult], None] | None = None, prepared=None
+              ) -> list[tuple[ResultRow | None, CallResult]]:
+    """One nccl-tests row per size, answered by `engine` (a name, or an Engine made with its
+    options), with the engine's plan attached; `on_row(row, result)` hears of each as it is ready.
+    A run that hangs ends the list with (None, its result); `prepared` is the engine's set-up of
+    the job where it was made already."""
+    engine = engine_named(engine) if isinstance(engine, str) else engine
     job.graphs  # a job without GPUs says so before anything else does
     if not 0 <= root < job.nranks:
         raise UsageError(f"root {root} is not a rank of this job", "-r", f"0..{job.nranks - 1}")
-    out = []
-    for size in sizes:
-        call = call_for_size(collective, size, dtype, redop, root, job.nranks)
-        result = engine_result(job, call, engine, setup)
-        if getattr(result.detail, "hang", None) is not None:
-            out.append((None, result))
-            break
-        nbytes = call.nbytes
-        time_us = max(result.time_us, 1e-3)  # a zero-byte call still costs a launch in nccl-tests
-        m = measurement(collective, job.nranks, nbytes, time_us)
-        row = ResultRow(nbytes, call.count, dtype, call.redop, call.root, m, m, result.plan_dict())
+    out: list[tuple[ResultRow | None, CallResult]] = []
+
+    def done(result: CallResult) -> None:
+        row = None if result.hang is not None else result_row_of(result)
         out.append((row, result))
+        if on_row is not None:
+            on_row(row, result)
+
+    engine.run_many(job, [call_for_size(collective, size, dtype, redop, root, job.nranks) for size in sizes], done,
+                    prepared)
     return out
+
+
+def result_row_of(result: CallResult) -> ResultRow:
+    """The nccl-tests row of one answered call: out of place and in place (the same call to an
+    engine that prices one; a zero-byte call still costs a launch in nccl-tests)."""
+    call = result.call
+    out = measurement(call.collective, call.nranks, call.nbytes, max(result.time_us, 1e-3), result.nwrong[0])
+    inp = out if result.in_place_time_us is None else measurement(
+        call.collective, call.nranks, call.nbytes, max(result.in_place_time_us, 1e-3), result.nwrong[1])
+    return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, result.plan_dict())
+
+
+@dataclass(frozen=True)
+class PerfOptions:
+    """nccl-tests' flags for one run: the collective, the sizes (-b/-e with -f or -i), type, reduction,
+    root, iterations, warm-up, check and aggregation, and whether to append NCCL's choice to each
+    row (--plan) and print the TUNING table first."""
+
+    collective: str
+    sizes: tuple[int, ...]
+    dtype: str = "float"
+    redop: str = "sum"
+    root: int = 0
+    iters: int = 20
+    warmup_iters: int = 1
+    check: int = 1
+    agg_iters: int = 1
+    min_nbytes: int = 8
+    max_nbytes: int = 8 << 30
+    step: str = "2(factor)"
+    annotate: bool = False
+    print_tuning: bool = False
+
+
+@dataclass(frozen=True)
+class Perf(Records):
+    """A finished nccl-tests run: which engine answered, on what, and a row and a result per size
+    (`hang`: the DES's HangReport where the run hung, its last size then has no row)."""
+
+    collective: str
+    engine: str
+    system: str
+    nranks: int
+    nccl_version: str
+    rows: tuple[ResultRow, ...]
+    results: tuple[CallResult, ...]
+    hang: object = None
+
+    def records(self) -> list[dict]:
+        """One plain record per answered size: the call, the plan, time, algbw and busbw."""
+        out = []
+        for row, result in zip(self.rows, self.results):
+            m = row.out_of_place
+            out.append({**result.record(), "engine": self.engine, "system": self.system,
+                        "algbw_gbps": m.algbw_gbps, "busbw_gbps": m.busbw_gbps,
+                        "in_place_busbw_gbps": row.in_place.busbw_gbps if row.in_place else None})
+        return out
+
+    def json_doc(self) -> dict:
+        """nccl-tests' -J document with nicksim's run fields."""
+        return results_json(self.collective, self.rows, {"engine": self.engine, "system": self.system,
+                                                          "nranks": self.nranks, "nccl_version": self.nccl_version})
+
+
+def _decision(job: Job, result: CallResult) -> str | None:
+    """enqueue.cc (2.22): the decision rank 0 logs for each call under NCCL_DEBUG_SUBSYS=TUNING."""
+    if result.estimate != "nccl" or result.algorithm not in job.comm.table.algorithms:
+        return None
+    return (f"{result.call.nbytes} Bytes -> Algo {job.comm.table.algorithms.index(result.algorithm)} proto "
+            f"{PROTOCOLS.index(result.protocol)} time {result.time_us:f}")
+
+
+def _plan_note(result: CallResult) -> str:
+    """--plan's note after a row: NCCL's choice, and where the time comes from if not its formula."""
+    return (f"  # {result.algorithm}/{result.protocol} {result.n_channels}ch {result.n_threads}t"
+            + ("" if result.estimate == "nccl" else f" ({result.estimate})"))
+
+
+def _log_warmup(logger, job: Job, options: PerfOptions) -> None:
+    """nccl-tests' warm-up (common.cu): warmup_iters calls of every size from -b to -e by factors of 2,
+    each logged with the algorithm NCCL's time model picks for it."""
+    if logger is None or not logger.active:
+        return
+    model = engine_named("nccl")
+    size = max(options.min_nbytes, 1)
+    while size <= options.max_nbytes:
+        call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, job.nranks)
+        algorithm = model.run(job, call).algorithm
+        for _ in range(options.warmup_iters):
+            logger.call(call, algorithm)
+        size *= 2
+
+
+def run_perf(job: Job, engine: Engine | str, options: PerfOptions, emit: Callable[[str], None] = lambda line: None,
+             logger=None, on_ready: Callable[[], None] | None = None) -> Perf:
+    """An nccl-tests run answered by `engine`, its text written line by line to `emit` as each size
+    completes: nicksim's header, nccl-tests' own header, the TUNING table where asked, a row per
+    size (with NCCL's choice where `options.annotate`), the footer, then what the engine says of the
+    run (the DES's collapsed nodes, a hang). `logger` (formats.joblog.JobLogger) writes the
+    NCCL_DEBUG lines every rank would: init, the warm-up, each call, destroy. `on_ready()` is
+    called once the engine has accepted the job (a refusal is then the only thing said)."""
+    engine = engine_named(engine) if isinstance(engine, str) else engine
+    logger = None if engine.ranks_log else logger  # a real run's ranks write their own
+    collective = options.collective
+    job.graphs  # a job without GPUs says so before anything else does
+    if not 0 <= options.root < job.nranks:
+        raise UsageError(f"root {options.root} is not a rank of this job", "-r", f"0..{job.nranks - 1}")
+    calls = [call_for_size(collective, size, options.dtype, options.redop, options.root, job.nranks)
+             for size in options.sizes]
+    prepared = engine.prepare(job, calls)  # a set-up that cannot work says so before the header
+    if on_ready is not None:
+        on_ready()
+    priced = not COLLECTIVE_TABLE[collective].p2p
+    emit(f"# nicksim perf {collective}: {engine.describe(job)}")
+    for note in engine.notes(job):
+        emit(f"# {note}")
+    emit(run_header(options.min_nbytes, options.max_nbytes, options.step, options.warmup_iters, options.iters,
+                    options.agg_iters, options.check))
+    if options.print_tuning and priced:
+        for line in format_tuning_table(job.comm.table):
+            emit(line)
+    if logger is not None:
+        logger.init()
+    _log_warmup(logger, job, options)
+    for line in table_header():
+        emit(line)
+    rows: list[ResultRow] = []
+    results: list[CallResult] = []
+
+    def row_done(row: ResultRow | None, result: CallResult) -> None:
+        results.append(result)
+        if row is None:
+            return
+        calls = 1 + options.iters * options.agg_iters + (1 if options.check else 0)  # BenchTime's calls
+        if logger is not None:
+            decision = _decision(job, result) if priced else None
+            for in_place in (False, True):
+                for _ in range(calls):
+                    logger.call(result.call, result.algorithm, in_place, decision)
+        emit(format_row(row, index=len(rows)) + (_plan_note(result) if options.annotate else ""))
+        rows.append(row)
+
+    perf_rows(job, collective, list(options.sizes), options.dtype, options.redop, options.root, engine, row_done,
+              prepared)
+    for line in table_footer(collective, rows):
+        emit(line)
+    apart = [r for r in results if r.detail is not None and not getattr(r.detail, "exact", True)]
+    if apart:
+        emit(f"# des: on {len(apart)} size(s) each channel's nodes were collapsed on their own (docs/des.md: close "
+             "to, not exactly, the full simulation); --set des.exact_nodes=N simulates up to N node classes exactly")
+    hang = results[-1].hang if results else None
+    if hang is not None:
+        for line in hang.lines():
+            emit(f"# {line}")
+    if logger is not None:
+        logger.destroy()
+    return Perf(collective, engine.name, job.system_name, job.nranks, job.system.rules.version.line, tuple(rows),
+                tuple(results), hang)
 
 
 def size_band(nbytes: int) -> str:

@@ -34,14 +34,14 @@ from dataclasses import fields
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable
 
-from .calls import call_for_size, collective_name
-from .engines import ENGINES, engine_result
-from .errors import NickSimError, UsageError
-from .job import SPEC_FIELDS, JobSpec, load_job
-from .params import read_params
+from ..calls import call_for_size, collective_name
+from ..engines import canonical_engine, engine_named
+from ..errors import NickSimError, UsageError
+from ..job import SPEC_FIELDS, JobSpec, load_job
+from ..params import read_params
 from .perf import parse_size
-from .model.hwparams import check_override
-from .report import measurement
+from ..model.hwparams import check_override
+from ..formats.report import measurement
 
 try:
     import tomllib
@@ -52,7 +52,7 @@ __all__ = ["read_grid", "run_point", "run_sweep", "rows_csv", "GRID_KEYS", "ROW_
 
 # key -> (type, default); sizes take nccl-tests' grammar (8, 64K, 256M, 8G).
 _CALL_KEYS: dict[str, tuple[type, object]] = {
-    "engine": (str, "model"), "collective": (str, "all_reduce"), "sizes": (str, "1G"), "dtype": (str, "float")}
+    "engine": (str, "nccl"), "collective": (str, "all_reduce"), "sizes": (str, "1G"), "dtype": (str, "float")}
 # The system options take JobSpec's defaults, but for the system itself and the release (the newest).
 _SPEC_DEFAULTS = {**{f.name: f.default for f in fields(JobSpec)}, "system": "dgx-h100", "nccl_version": None}
 GRID_KEYS: dict[str, tuple[type, object]] = {
@@ -110,11 +110,11 @@ def read_grid(text: str, where: str) -> list[dict]:
         for value in values:
             check_override(key, value, f"{where}: [sweep.set]")
         axes.append((f"set.{key}", values))
-    if sets and set(dict(axes).get("engine", [GRID_KEYS["engine"][1]])) != {"des"}:
+    if sets and {_grid_engine(v) for v in dict(axes).get("engine", [GRID_KEYS["engine"][1]])} != {"des"}:
         raise UsageError("[sweep.set] changes the DES only", where, 'engine = "des"')
     for key, values in axes:
-        if key == "engine" and any(v not in ENGINES for v in values):
-            raise UsageError(f"engine {values}", f"{where}: engine", ", ".join(ENGINES))
+        if key == "engine" and any(_grid_engine(v) not in SWEPT_ENGINES for v in values):
+            raise UsageError(f"engine {values}", f"{where}: engine", ", ".join(SWEPT_ENGINES) + " (or model for nccl)")
         if key == "collective":
             for v in values:
                 try:
@@ -142,6 +142,17 @@ def read_grid(text: str, where: str) -> list[dict]:
     return points
 
 
+# The engines a grid may name (the real backend measures this host, not the grid's systems).
+SWEPT_ENGINES = ("nccl", "des")
+
+
+def _grid_engine(name) -> str | None:
+    try:
+        return canonical_engine(str(name))
+    except NickSimError:
+        return None
+
+
 def run_point(point: dict) -> list[dict]:
     """One grid point's rows, one per size (an `error` row set where nicksim cannot answer)."""
     base = {key: point[key] for key in ("point", *GRID_KEYS) if key != "sizes"}
@@ -151,11 +162,9 @@ def run_point(point: dict) -> list[dict]:
         spec = JobSpec(**{key: point[key] for key in SPEC_FIELDS if key != "nccl_version"},
                        nccl_version=point["nccl_version"] or JobSpec.nccl_version)
         job = load_job(spec, read_params({}, [f"{k}={v}" for k, v in point["env"].items()]))
-        setup = None
-        if point["engine"] == "des":
-            from .model.engine import default_params, des_setup
-            from .model.hwparams import with_overrides
-            setup = des_setup(job, with_overrides(default_params(job), point.get("set", {})))
+        name = _grid_engine(point["engine"])
+        engine = engine_named(name, overrides=point.get("set", {})) if name == "des" else engine_named(name)
+        prepared = engine.prepare(job)
     except NickSimError as exc:
         return [dict(base, nbytes=n, error=exc.line()) for n in point["sizes"]]
     rows = []
@@ -164,8 +173,8 @@ def run_point(point: dict) -> list[dict]:
         row = dict(base, nbytes=nbytes)
         try:
             call = call_for_size(collective, nbytes, point["dtype"], "sum", 0, job.nranks)
-            result = engine_result(job, call, point["engine"], setup)
-            hang = getattr(result.detail, "hang", None) is not None
+            result = engine.answer(job, call, prepared)
+            hang = result.hang is not None
             m = measurement(collective, job.nranks, call.nbytes, max(result.time_us, 1e-3))
             row.update(time_us=round(result.time_us, 3), algbw_gbps=round(m.algbw_gbps, 3),
                        busbw_gbps=round(m.busbw_gbps, 3), algorithm=result.algorithm, protocol=result.protocol,

@@ -38,10 +38,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .calls import collective_name
-from .errors import NickSimError, UsageError
-from .job import SPEC_FIELDS, JobSpec, load_job
-from .params import read_params
+from ..calls import collective_name
+from ..engines import canonical_engine, engine_named
+from ..errors import NickSimError, UsageError
+from ..job import SPEC_FIELDS, JobSpec, load_job
+from ..params import read_params
 from .perf import measured_table, parse_size, perf_rows
 
 try:
@@ -50,9 +51,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 __all__ = ["Case", "Point", "CaseResult", "BANDS", "SCORED_MIN_NBYTES", "load_case", "find_cases", "default_dir",
-           "run_case", "band_of", "summary", "format_report", "report_json", "plot_case", "read_calibration"]
+           "run_case", "VALIDATED_ENGINES", "band_of", "summary", "format_report", "report_json", "plot_case", "read_calibration"]
 
 MiB = 1 << 20
+# The engines that price another system's runs (the real backend measures this host).
+VALIDATED_ENGINES = ("nccl", "des")
 # The bands the report splits errors by; the targets are stated over sizes of at least 1 MiB.
 BANDS = (("<64K", 0, 64 << 10), ("64K-16M", 64 << 10, 16 * MiB), ("16M-256M", 16 * MiB, 256 * MiB),
          (">=256M", 256 * MiB, math.inf))
@@ -137,7 +140,7 @@ def band_of(nbytes: int) -> str:
 
 def default_dir() -> Path:
     """The project's own cases: `validation/` beside the package."""
-    return Path(__file__).resolve().parent.parent / "validation"
+    return Path(__file__).resolve().parents[2] / "validation"
 
 
 # --- reading cases ----------------------------------------------------------------------------
@@ -217,7 +220,7 @@ def find_cases(directory: str | Path) -> list[Case]:
 
 def read_calibration(path: str | Path) -> dict[str, float]:
     """DES parameters from a calibration file: a TOML table `[set]` of `--set` names and values."""
-    from .model.hwparams import check_override
+    from ..model.hwparams import check_override
     try:
         doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -243,8 +246,11 @@ def _measured_busbw(row, in_place: bool) -> float | None:
     return m.busbw_gbps if m is not None else None
 
 
-def run_case(case: Case, engine: str = "model", calibration: dict[str, float] | None = None) -> CaseResult:
+def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | None = None) -> CaseResult:
     """The case's measured sizes answered by `engine` (with DES parameters from `calibration`)."""
+    engine = canonical_engine(engine)
+    if engine not in VALIDATED_ENGINES:
+        raise UsageError(f"engine '{engine}'", "--engine", ", ".join(VALIDATED_ENGINES))
     if not Path(case.measured).is_file():
         return CaseResult(case, engine, error=f"measurements not found: {case.measured}")
     try:
@@ -253,15 +259,11 @@ def run_case(case: Case, engine: str = "model", calibration: dict[str, float] | 
         if table.nranks is not None and table.nranks != job.nranks:
             raise UsageError(f"the system has {job.nranks} ranks, the measurements {table.nranks}", case.path,
                              "a [system] with as many GPUs as the measured run")
-        setup = None
-        if engine == "des":
-            from .model.engine import default_params, des_setup
-            from .model.hwparams import with_overrides
-            setup = des_setup(job, with_overrides(default_params(job), calibration or {}))
         measured = [(row.nbytes, _measured_busbw(row, case.in_place)) for row in table.rows]
         measured = [(n, b) for n, b in measured if b]  # rows too small to show a bandwidth say nothing
         dtype = case.dtype or table.dtype or "float"
-        rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, engine, setup)
+        answer = engine_named(engine, overrides=calibration or {}) if engine == "des" else engine_named(engine)
+        rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, answer)
     except NickSimError as exc:
         return CaseResult(case, engine, error=exc.line())
     expect = dict(case.expect)

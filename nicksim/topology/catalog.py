@@ -14,11 +14,11 @@ from types import MappingProxyType
 from typing import Mapping
 
 from .detect import detect_topology
-from .errors import TopologyError, UnknownNameError
+from ..errors import TopologyError, UnknownNameError
 from .fill import FillOptions, FilledTopology, fill_topology
 from .xml import TopoXml, read_topo_xml
 
-__all__ = ["CatalogEntry", "CATALOG", "DEFAULT_SYSTEM", "LOCAL_SYSTEM", "topology_dir", "resolve_system", "load_node"]
+__all__ = ["CatalogEntry", "CATALOG", "DEFAULT_SYSTEM", "LOCAL_SYSTEM", "topology_dir", "resolve_system", "load_node", "HOST_SYSTEM"]
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,15 @@ CATALOG: Mapping[str, CatalogEntry] = MappingProxyType({e.name: e for e in (
     CatalogEntry("pcie-8x-l40s", "pcie-8x-l40s.xml", "l40s", "roce", "8x L40S behind 4 PCIe switches, no NVLink"),
 )})
 DEFAULT_SYSTEM = "dgx-h100"
+# What the real backend plans each host as: GPUs with no P2P between them, so every connection
+# inside a host is SHM (as NCCL's ladder gives CPU-only nodes).
+HOST_SYSTEM = "pcie-8x-rtx4090"
 LOCAL_SYSTEM = "local"  # this host, detected through NVML and sysfs (detect.py)
 
 
 def topology_dir() -> Path:
     """The repository's topologies/ folder (the package is installed from the checkout)."""
-    return Path(__file__).resolve().parent.parent / "topologies"
+    return Path(__file__).resolve().parents[2] / "topologies"
 
 
 def resolve_system(spec: str, where: str = "SYSTEM") -> tuple[TopoXml, CatalogEntry | None]:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import TopologyError
+from ..errors import TopologyError
 from .xml import TopoXml, XmlNode
 
 __all__ = ["DetectedGpu", "nvml_gpus", "topology_from_gpus", "detect_topology", "normalize_busid"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import TopologyError, UsageError
+from ..errors import TopologyError, UsageError
 from .hardware import CUBE_MESH_8, Fabric, GpuModel, gpu_model_for_device
 from .xml import TopoXml, XmlNode
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from .errors import UnknownNameError
+from ..errors import UnknownNameError
 
 __all__ = [
     "GpuModel",

@@ -21,11 +21,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
-from .constants.topo_rules import (
-    ARM_BW, BDW_QPI_BW, ERP_QPI_BW, LOC_BW, P9_BW, PCI_DEFAULT_CODE, PCI_GEN_CODES,
-    SKL_QPI_BW, SRP_QPI_BW, YONGFENG_ZPI_BW, ZPI_BW, TopoRules,
-)
-from .errors import TopologyError
+from ..constants.topo_rules import (ARM_BW, BDW_QPI_BW, ERP_QPI_BW, LOC_BW, P9_BW, PCI_DEFAULT_CODE, PCI_GEN_CODES,
+                                    SKL_QPI_BW, SRP_QPI_BW, YONGFENG_ZPI_BW, ZPI_BW, TopoRules)
+from ..errors import TopologyError
 from .fill import parse_busid
 from .hardware import GpuModel, gpu_model_for_device
 from .xml import KNOWN_TAGS, TopoXml, XmlNode
@@ -480,7 +478,7 @@ class _Builder:
                        model=model.name if model else None, cuda_p2p=cuda_p2p)
         gpu = self.create("GPU", (sid << 56) + bus, xml_pci.line)
         self.nodes[gpu].gpu = info
-        if self.rules.version.minor >= 30:
+        if self.rules.gpu_dev_nodes:
             # 2.30: every GPU hangs below a DEV node that carries its PCIe link and NVLinks.
             devnode = self.create("DEV", (sid << 56) + bus, xml_pci.line)
             self.nodes[devnode].pci_device = self._device_word(xml_pci)
@@ -502,7 +500,7 @@ class _Builder:
                 continue
             if not xml_net.has("dev"):
                 continue  # topo.cc: a net without dev is not added
-            if self.rules.version.minor >= 29 and rd.int(xml_net, "net", default=1) == 0:
+            if self.rules.net_gin_attr and rd.int(xml_net, "net", default=1) == 0:
                 self.note(xml_net, '<net net="0"> (a GIN/RMA-only device) is not modelled; ignored')
                 continue
             dev = rd.int(xml_net, "dev", required=True)

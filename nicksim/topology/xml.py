@@ -16,7 +16,7 @@ from typing import Iterator
 
 from lxml import etree
 
-from .errors import TopologyError
+from ..errors import TopologyError
 
 __all__ = [
     "XmlNode",

@@ -16,22 +16,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .calls import Call
-from .collnet import COLLNET_OFF, CollNetSetup, collnet_supported, graph_heads
-from .constants.tuning_tables import PROTOCOLS, tuning_tables
-from .errors import UsageError
-from .params import Params
-from .search import Graph
-from .tuning import (FUNCTIONS, NCCL_MAX_NTHREADS, WARP_SIZE, CostTable, ThreadThresholds, TuneInputs, algo_time,
-                     thread_thresholds, time_model_modelled, tune_inputs, tune_model)
+from ..calls import Call
+from ..graph.collnet import COLLNET_OFF, CollNetSetup, collnet_supported, graph_heads
+from ..constants.rules import rules
+from ..constants.tuning_tables import PROTOCOLS, tuning_tables
+from ..constants.versions import MODELLED_VERSIONS
+from ..errors import UsageError
+from ..params import Params
+from ..graph.connect import nvls_channels
+from ..graph.search import Graph
+from .cost import (FUNCTIONS, NCCL_MAX_NTHREADS, WARP_SIZE, CostTable, ThreadThresholds, TuneInputs, algo_time,
+                   thread_thresholds, time_model_modelled, tune_inputs, tune_model)
 
-__all__ = ["CommState", "Choice", "comm_state", "choose", "forced_choice", "nvls_channel_count", "nvls_channels", "nvls_supported"]
+__all__ = ["CommState", "Choice", "comm_state", "choose", "forced_choice", "nvls_supported"]
 
-# src/include/device.h NCCL_MAX_NVLS_ARITY (2.19-2.30) and NCCL_MAX_DIRECT_ARITY (7).
-NCCL_MAX_NVLS_ARITY = 32
+# src/include/device.h NCCL_MAX_DIRECT_ARITY (7, 2.18-2.30); NCCL_MAX_NVLS_ARITY changed (ReleaseRules.nvls_arity).
 NCCL_MAX_DIRECT_ARITY = 7
 # transport/nvls.cc NVLS_NCHANNELS_SM90 / _SM100 (2.25+) / _SM100_NVL (2.27+); NCCL_NVLS_NCHANNELS default 16 before.
-_NVLS_CH_SM90, _NVLS_CH_SM100, _NVLS_CH_SM100_NVL = 16, 32, 24
 _NVLS_CHUNK_NBYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE default
 _FP8 = ("f8e4m3", "f8e5m2")
 
@@ -83,36 +84,6 @@ class Choice:
     backup: bool = False
 
 
-def nvls_channel_count(version_minor: int, compcap: int, min_compcap: int, n_nodes: int, params: Params) -> int:
-    """comm->nvlsChannels before the CTA clamp (transport/nvls.cc ncclNvlsInit; nvls.cc ncclNvlsTuning in 2.30).
-
-    Until 2.24 NCCL_NVLS_NCHANNELS, default 16. 2.25-2.26: 32 on SM100, else 16; NCCL_NVLS_NCHANNELS
-    (default -2) overrides when >= 0. From 2.27 SM100 takes 24 in one NVLink domain and 32 across nodes;
-    NCCL_NVLS_NCHANNELS (config.nvlsCTAs) overrides when > 0."""
-    env = params.get("NCCL_NVLS_NCHANNELS")
-    if version_minor <= 24:
-        return _NVLS_CH_SM90 if env is None else env
-    if version_minor <= 26:
-        if env is not None and env >= 0:
-            return env
-        return _NVLS_CH_SM100 if compcap >= 100 else _NVLS_CH_SM90
-    if env is not None and env > 0:
-        return env
-    if compcap >= 100:
-        return _NVLS_CH_SM100 if n_nodes > 1 else _NVLS_CH_SM100_NVL
-    return _NVLS_CH_SM90
-
-
-def nvls_channels(system, graphs: dict[str, Graph], n_nodes: int, params: Params) -> int:
-    """comm->nvlsChannels: 0 without an NVLS graph, else the release's count (nvls_channel_count)
-    within NCCL_MIN_CTAS / NCCL_MAX_CTAS."""
-    if "nvls" not in graphs:
-        return 0
-    sms = [system.nodes[g].gpu.sm for g in system.gpus()]
-    wanted = nvls_channel_count(system.rules.version.minor, max(sms), min(sms), n_nodes, params)
-    return max(params.get("NCCL_MIN_CTAS") or 1, min(params.get("NCCL_MAX_CTAS") or 64, wanted))
-
-
 def _buff(params: Params, name: str, default: int) -> int:
     """init.cc computeBuffSizes: NCCL_LL_BUFFSIZE / NCCL_LL128_BUFFSIZE replace the computed size
     unless left at -2 (or set to a value NCCL could not use)."""
@@ -127,14 +98,16 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
     version = paths.system.rules.version
     if not time_model_modelled(version):
         raise UsageError(f"NCCL {version.line}'s time model is not modelled yet", "--nccl-version",
-                         "2.18 to 2.30")
+                         ", ".join(v.line for v in MODELLED_VERSIONS))
     tables = tuning_tables(version)
     inputs = tune_inputs(paths, graphs, n_nodes, collnet)
     table = tune_model(tables, inputs, params)
     local = len(paths.node_system.gpus())
     direct = graphs.get("collnet_direct", graphs.get("collnet_chain"))
     direct_heads = 0
-    if collnet.enabled and direct is not None and (tables.version.minor <= 27 or local <= NCCL_MAX_DIRECT_ARITY + 1):
+    release = rules(version)
+    if collnet.enabled and direct is not None and (not release.collnet_heads_local_limit
+                                                   or local <= NCCL_MAX_DIRECT_ARITY + 1):
         direct_heads = len(graph_heads(direct, local))
     nvls = graphs.get("nvls")
     nvls_ch = nvls_channels(paths.system, graphs, n_nodes, params)
@@ -143,11 +116,11 @@ def comm_state(paths, graphs: dict[str, Graph], n_channels: int, n_nodes: int, p
     # is not modelled), a whole Simple step in 2.18-2.20 (enqueue.cc computeColl, v2.20.5
     # computeCollChunkInfo). 2.19 hard-codes the 64 KiB from 4 nodes; 2.18 has no limit.
     # NCCL_NVLS_CHUNKSIZE is read from 2.21 (transport/nvls.cc); earlier releases hard-code 128 KiB.
-    chunk = (params.get("NCCL_NVLS_CHUNKSIZE") if version.minor >= 21 else None) or _NVLS_CHUNK_NBYTES
+    chunk = (params.get("NCCL_NVLS_CHUNKSIZE") if release.nvls_chunksize_knob else None) or _NVLS_CHUNK_NBYTES
     buff_simple = params.get("NCCL_BUFFSIZE") or (4 << 20)
-    start = buff_simple // 8 if version.minor <= 20 else chunk
-    tree_env = params.get("NCCL_NVLSTREE_MAX_CHUNKSIZE") if version.minor >= 20 else None
-    four_nodes = n_nodes >= 4 and version.minor >= 19
+    start = chunk if release.nvlstree_chunk_from_nvls_chunk else buff_simple // 8
+    tree_env = params.get("NCCL_NVLSTREE_MAX_CHUNKSIZE") if release.nvlstree_max_chunksize_knob else None
+    four_nodes = n_nodes >= 4 and release.nvlstree_64k_from_4_nodes
     tree_max = tree_env if tree_env is not None and tree_env != -2 else (65536 if four_nodes else start)
     return CommState(
         table=table, inputs=inputs, thresholds=thread_thresholds(tables, inputs.n_ranks, params),
@@ -193,44 +166,47 @@ def _nvls_skipped(comm: CommState, call: Call, algorithm: str) -> bool:
 
     The multimem check is NCCL_NVLS_SUPPORTS(type, op) alone in 2.18; from 2.19 the caller's nvlsSupport,
     comm->nvlsSupport and ncclNvlsSupported(op, type), which from 2.22 also holds for any AllGather."""
-    minor = comm.table.version.minor
+    release = rules(comm.table.version)
     func = call.func
     if algorithm == "NVLS" and comm.n_nodes > 1:
         if not collnet_supported(comm.collnet, func, call.redop, call.dtype):
             return True  # NVLS across nodes runs over CollNet
-        if 19 <= minor <= 26 and func in ("AllGather", "ReduceScatter"):
+        if release.nvls_ag_rs_single_node_only and func in ("AllGather", "ReduceScatter"):
             return True  # "we only support single-node NVLS allgather and reducescatter"
-    if minor <= 18:
+    style = release.nvls_filter
+    if style == "op-type":
         return not nvls_supported(call.redop, call.dtype)
     supported = nvls_supported(call.redop, call.dtype)
-    if minor <= 21:
+    if style in ("comm-ag-exempt", "comm"):
         support = comm.nvls_support and supported
-        if minor == 19 and algorithm == "NVLS":
+        if style == "comm-ag-exempt" and algorithm == "NVLS":
             return not support and func != "AllGather"  # 2.19.4 lets NVLS AllGather through
         return not support  # 2.19.4 NVLS Tree, 2.20.5-2.21.5 both
     support = comm.nvls_support and (supported or func == "AllGather")
-    if minor <= 26:
-        if algorithm == "NVLS" and func in ("AllGather", "ReduceScatter") and minor >= 25 \
-                and comm.nranks > NCCL_MAX_NVLS_ARITY:
+    if style in ("comm-or-ag", "comm-or-ag-32-ranks"):
+        if algorithm == "NVLS" and func in ("AllGather", "ReduceScatter") and style == "comm-or-ag-32-ranks" \
+                and comm.nranks > release.nvls_arity:
             return True  # 2.25-2.26: single-node NVLS AllGather/ReduceScatter up to 32 ranks
         return not support and func != "AllGather"
-    return not support or (func != "AllReduce" and comm.local_ranks > NCCL_MAX_NVLS_ARITY)
+    return not support or (func != "AllReduce" and comm.local_ranks > release.nvls_arity)
 
 
 def _candidates(comm: CommState, call: Call) -> list[tuple[str, str]]:
     """updateCollCostTable's filter: which algorithm x protocol pairs are priced at all."""
-    minor = comm.table.version.minor
+    release = rules(comm.table.version)
     out = []
     for algorithm in comm.table.algorithms:
         if algorithm in ("CollNetDirect", "CollNetChain"):
             if not collnet_supported(comm.collnet, call.func, call.redop, call.dtype):
                 continue
-            if comm.local_ranks > NCCL_MAX_DIRECT_ARITY + 1 and (
-                    (algorithm == "CollNetDirect" and minor >= 23) or minor >= 28):
+            limited = release.collnet_direct_local_limit if algorithm == "CollNetDirect" \
+                else release.collnet_chain_local_limit
+            if comm.local_ranks > NCCL_MAX_DIRECT_ARITY + 1 and limited:
                 continue  # CollNet Direct (2.23+) and Chain (2.28+) serve at most 8 local GPUs
         if algorithm in ("NVLS", "NVLSTree") and _nvls_skipped(comm, call, algorithm):
             continue
-        if algorithm == "PAT" and call.collective == "reduce_scatter" and call.redop == "avg" and minor >= 23:
+        if algorithm == "PAT" and call.collective == "reduce_scatter" and call.redop == "avg" \
+                and release.pat_rs_avg_skipped:
             continue  # PAT reduce-scatter cannot scale (PreMulSum / SumPostDiv)
         out.extend((algorithm, protocol) for protocol in PROTOCOLS)
     return out
@@ -241,7 +217,7 @@ def choose(comm: CommState, call: Call) -> Choice:
     if call.func not in FUNCTIONS:
         raise UsageError(f"{call.collective} is point-to-point; NCCL has no algorithm choice for it", "COLL",
                          ", ".join(f for f in FUNCTIONS))
-    if call.dtype in _FP8 and comm.table.version.minor < 24:
+    if call.dtype in _FP8 and not rules(comm.table.version).fp8_types:
         raise UsageError(f"{call.dtype} needs NCCL 2.24 or later (this job models {comm.table.version.line})", "-d",
                          "a type this release has")
     nbytes = call.nbytes
@@ -291,7 +267,7 @@ def _size(comm: CommState, call: Call, algorithm: str, protocol: str, nbytes: in
         nc, threshold = _collnet_direct_channels(nbytes, nc, nt, comm.collnet_direct_heads, threshold)
     elif algorithm in ("NVLS", "NVLSTree"):
         nc = comm.nvls_channels
-        if comm.table.version.minor >= 28 and comm.n_nodes > 1 and algorithm == "NVLS":
+        if rules(comm.table.version).nvls_multinode_channels_in_rings and comm.n_nodes > 1 and algorithm == "NVLS":
             nc = min(comm.nvls_channels, comm.n_channels)  # multi-node NVLS (CollNet) within the rings (2.28+)
     else:
         while nbytes < nc * nt * threshold and nc >= 2:
@@ -325,6 +301,6 @@ def _final_threads(comm: CommState, algorithm: str, protocol: str, nt: int, nbyt
         if algorithm == "Tree":
             nt += 4 * WARP_SIZE  # split thread model
     nt = 3 * WARP_SIZE if nt // WARP_SIZE < 3 else nt
-    if (algorithm == "Tree" and comm.table.version.minor >= 22) or algorithm == "PAT":
+    if (algorithm == "Tree" and rules(comm.table.version).tree_all_threads) or algorithm == "PAT":
         nt = NCCL_MAX_NTHREADS  # tree (from 2.22) and PAT (2.23+) always use every thread
     return nt

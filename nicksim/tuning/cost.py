@@ -12,15 +12,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
-from .collnet import COLLNET_OFF, CollNetSetup
-from .constants.tuning_tables import NET_OVERHEAD_SIMPLE_POSTS, PROTOCOLS, TuningTables, tuning_tables
-from .constants.versions import NcclVersion
-from .errors import UsageError
-from .params import Params
-from .paths import Paths
-from .search import Graph
+from ..graph.collnet import COLLNET_OFF, CollNetSetup
+from ..constants.tuning_tables import (NET_OVERHEAD_SIMPLE_POSTS, PROTOCOLS, TimeModelRules, TuningTables,
+                                       time_model_rules, tuning_tables)
+from ..constants.versions import MODELLED_VERSIONS, NcclVersion
+from ..errors import UsageError
+from ..params import Params
+from ..graph.paths import Paths
+from ..graph.search import Graph
 
 __all__ = [
     "FUNCTIONS",
@@ -216,89 +216,6 @@ def _max_threads(inputs: TuneInputs, params: Params, algorithms) -> tuple[tuple[
     for a in ("CollNetDirect", "CollNetChain", "NVLS", "NVLSTree"):
         table[a][2] = NCCL_MAX_NTHREADS
     return tuple(tuple(table[a]) for a in algorithms)
-
-
-@dataclass(frozen=True)
-class TimeModelRules:
-    """How one release's tuning.cc prices collectives, beyond its tables (ncclTopoTuneModel and
-    ncclTopoGetAlgoTime of the tag the release line was read from; see docs/tuning.md)."""
-
-    version: NcclVersion
-    # Algorithms priced for AllGather and ReduceScatter: the ring only in 2.18, NVLS from 2.19,
-    # CollNet Direct from 2.20, PAT from 2.23.
-    ag_rs_algorithms: tuple[str, ...]
-    # NVLS bandwidth: "graph" (2.18: the graph's bandwidth, x5/6; NVLS Tree x0.7 nNodes / 2(nNodes-1)),
-    # "min" (2.19-2.26: min(bwIntra, bwInter), NVLS Tree min(bwIntra, bwInter or bwInter/2), both x5/6),
-    # "min_ag_rs" (2.27: AllGather/ReduceScatter min(bwIntra (ppn-1)/ppn, 0.9 bwInter)),
-    # "efficiency" (2.28+: nvlsEfficiency x (nCh-1)/nCh, x2 for AllReduce, NVLS Tree cap, x nRanks/nsteps).
-    nvls_bw: str
-    # Ring LL at 1/4 of the bus bandwidth (1/3 for one-node Broadcast, AllGather, ReduceScatter) until 2.20.
-    ring_ll_quarter: bool
-    # Ring LL128 at x0.7 instead of x0.92 with one GPU per node (2.18-2.22).
-    ring_ll128_one_gpu_penalty: bool
-    # PAT bandwidth factor: 0.85 in 2.23, 0.75 from 2.24 (no PAT before 2.23).
-    pat_bw_factor: float
-    # PAT needs SM60 even when NCCL_PAT_ENABLE forces it (2.26+).
-    pat_needs_sm60: bool
-    # PAT latency starts from a literal 8 us (2.23-2.27, whose baseLat has no PAT row) or baseLat (2.28+).
-    pat_literal_base: bool
-    # CollNet Direct arity serialisation per local rank: 0.5 us in 2.18, 0.4 us from 2.19.
-    collnet_arity_us: float
-    # CollNet Direct AllGather/ReduceScatter bandwidth: "interp" (2.20-2.26: ppn x bwIntra, x0.95 at one GPU
-    # per node to x0.85 at eight), "min" (2.27+: ppn x min(bwIntra, 0.9 bwInter), and NVLS and CollNet Direct
-    # across nodes need the plugin's collective and a head per local rank); None before 2.20 (not priced).
-    collnet_ag_rs_bw: str | None
-    # 2.18 prices NVLS as baseLat + the NET latency, NVLS Tree as baseLat + 2(nNodes-1) NET latencies.
-    nvls_base_latency: bool
-    # With one GPU per node the network latency is the Tree's (2.23+).
-    tree_net_latency_at_one_gpu: bool
-    # A ring AllReduce crosses the network 2 nNodes times until 2.22, 2(nNodes-1) from 2.23.
-    ring_allreduce_inter_steps_2n: bool
-    # Only the ring converts AllGather/ReduceScatter bus bandwidth to algorithm bandwidth (2.23+).
-    ag_rs_convert_ring_only: bool
-    # NCCL_ALGO / NCCL_PROTO per function (`allreduce:tree;...`, 2.24+) instead of one list.
-    per_function_lists: bool
-    # comm->ringbdw: the ring's bandwidth kept for a collective left without algorithm (2.19-2.23);
-    # from 2.22 a disabled protocol is dropped from it too.
-    ring_backup: bool
-    ring_backup_follows_proto: bool
-    # 2.18 never disables the ring outside AllReduce ("to run real apps with NCCL_ALGO=TREE").
-    ring_kept_outside_allreduce: bool
-    # NCCL_ALGO naming only CollNet algorithms falls back to ring and tree (until 2.23).
-    collnet_only_fallback: bool
-    # Hosts of mixed CPU vendors take the AMD row of llMaxBws (2.24+).
-    mixed_vendor_as_amd: bool
-    # LL128 by default: the SMs listed (until 2.26), or any SM >= 70 with NCCL_LL128_C2C (None, 2.27+).
-    ll128_sms: tuple[int, ...] | None
-    # LL128 on mixed SMs when all are SM90+ (2.30).
-    ll128_mixed_sm90: bool
-    # NVLS Tree AllReduce takes the tree correction factor on SM100 x86 hosts (2.29+).
-    nvls_tree_correction: bool
-
-
-@lru_cache(maxsize=None)
-def time_model_rules(version: NcclVersion) -> TimeModelRules:
-    """The rules of one modelled release line, read from its tuning.cc."""
-    m = version.minor
-    ag_rs = ("Ring",)
-    if m >= 19:
-        ag_rs += ("NVLS",)
-    if m >= 20:
-        ag_rs += ("CollNetDirect",)
-    if m >= 23:
-        ag_rs += ("PAT",)
-    nvls_bw = "graph" if m <= 18 else "min" if m <= 26 else "min_ag_rs" if m == 27 else "efficiency"
-    ll128_sms = (70, 80, 90) if m <= 24 else (70, 80, 90, 100, 120) if m <= 26 else None
-    return TimeModelRules(
-        version=version, ag_rs_algorithms=ag_rs, nvls_bw=nvls_bw, ring_ll_quarter=m <= 20,
-        ring_ll128_one_gpu_penalty=m <= 22, pat_bw_factor=0.85 if m == 23 else 0.75, pat_needs_sm60=m >= 26,
-        pat_literal_base=m <= 27, collnet_arity_us=0.5 if m <= 18 else 0.4, nvls_base_latency=m <= 18,
-        collnet_ag_rs_bw=None if m <= 19 else "interp" if m <= 26 else "min",
-        tree_net_latency_at_one_gpu=m >= 23, ring_allreduce_inter_steps_2n=m <= 22, ag_rs_convert_ring_only=m >= 23,
-        per_function_lists=m >= 24, ring_backup=19 <= m <= 23, ring_backup_follows_proto=22 <= m <= 23,
-        ring_kept_outside_allreduce=m <= 18, collnet_only_fallback=m <= 23, mixed_vendor_as_amd=m >= 24,
-        ll128_sms=ll128_sms, ll128_mixed_sm90=m >= 30, nvls_tree_correction=m >= 29,
-    )
 
 
 def _skipped(rules: TimeModelRules, func: str, algo: str, proto: str, pat_enabled: bool) -> bool:
@@ -512,15 +429,15 @@ def _log2i(n: int) -> int:
 
 
 def time_model_modelled(version) -> bool:
-    """Release lines whose ncclTopoTuneModel is reproduced: every modelled line, 2.18 to 2.30."""
-    return 18 <= version.minor <= 30
+    """Release lines whose ncclTopoTuneModel is reproduced: every modelled line (MODELLED_VERSIONS)."""
+    return version in MODELLED_VERSIONS
 
 
 def tune_model(tables: TuningTables, inputs: TuneInputs, params: Params) -> CostTable:
     """ncclTopoTuneModel: the latency and bandwidth of every collective x algorithm x protocol."""
     if not time_model_modelled(tables.version):
         raise UsageError(f"the time model of NCCL {tables.version.line} is not modelled yet", "--nccl-version",
-                         "2.18 to 2.30")
+                         ", ".join(v.line for v in MODELLED_VERSIONS))
     rules = time_model_rules(tables.version)
     algorithms = tables.algorithms
     graphs = _algo_graphs(inputs)
