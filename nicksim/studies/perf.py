@@ -306,7 +306,7 @@ def compare(rows: list[ResultRow], measured: MeasuredTable) -> list[Comparison]:
     return out
 
 
-def format_comparison(pairs: list[Comparison], engine: str = "model") -> list[str]:
+def format_comparison(pairs: list[Comparison], engine: str = "nccl") -> list[str]:
     """A `#`-commented block, one line per size, then median and worst absolute error per band;
     `engine` names the side that was computed."""
     lines = [f"# {engine} vs measured (busbw error = {engine} / measured - 1)",
