@@ -43,7 +43,9 @@ from .studies.perf import (Perf, PerfOptions, compare, format_comparison, measur
 from .topology.catalog import CATALOG, DEFAULT_SYSTEM, HOST_SYSTEM
 from .topology.hardware import FABRICS, GPU_MODELS
 from .topology.system import format_system
-from .topology.xml import write_topo_xml
+from .topology.xml import dump_topo_xml, write_topo_xml
+from .studies import figures
+from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
 
 __all__ = [
     # names the front ends offer
@@ -56,7 +58,7 @@ __all__ = [
     # jobs
     "Job", "JobSpec", "Params", "settings", "load", "load_job", "call",
     # what NCCL decides
-    "topology_lines", "search_lines", "plan", "programs", "check", "write_topology", "write_graphs",
+    "topology_lines", "topology_xml", "search_lines", "plan", "programs", "check", "write_topology", "write_graphs",
     # engines and runs
     "Engine", "CallResult", "engine", "Perf", "PerfOptions", "perf", "run_perf", "sizes", "parse_size",
     "job_logger", "JobLogger", "link_report", "trace_doc", "compare_lines", "nccl_tests_lines",
@@ -68,6 +70,12 @@ __all__ = [
     "scenarios", "replay", "diagnose", "diagnosis_lines",
     # the real backend on this host
     "run_ranks", "HOST_SYSTEM",
+    # pictures: what they show as values, and the figures
+    "Drawing", "PathMatrix", "Heads", "WaitEdge", "node_drawing", "fabric_drawing", "fabric_links", "path_matrix",
+    "ring_orders", "tree_drawing", "heads", "priced", "curves", "link_table", "timeline", "measured", "replay_timeline",
+    "waits", "case", "case_points", "tuner", "tuner_csv", "figures",
+    # the dashboard
+    "DASHBOARD_APP", "dashboard_command",
 ]
 
 SYSTEMS: tuple[str, ...] = tuple(CATALOG)
@@ -145,6 +153,11 @@ def topology_lines(job: Job, paths: bool = False, links: bool = False) -> list[s
 def search_lines(job: Job, print_tuning: bool = False) -> tuple[list[str], list[str]]:
     """(notes, lines) of NCCL's graph search and the rank's init view (formats.joblog.search_lines)."""
     return _search_lines(job, print_tuning)
+
+
+def topology_xml(job: Job) -> str:
+    """The job's node as NCCL_TOPO_DUMP_FILE holds it, as text."""
+    return dump_topo_xml(job.filled.doc)
 
 
 def write_topology(job: Job, path: str | Path) -> None:
@@ -344,12 +357,21 @@ class Validation(Records):
         return written
 
 
+def _cases(cases) -> list:
+    """Cases from a folder or file of case files (default the project's validation/), or as given
+    (Case objects, e.g. from `case`)."""
+    from .studies.validate import default_dir, find_cases
+    if isinstance(cases, (list, tuple)):
+        return list(cases)
+    return find_cases(cases or default_dir())
+
+
 def validate(cases: str | Path | None = None, engines: Sequence[str] = ("nccl",),
              calibration: str | Path | Mapping[str, float] | None = None) -> Validation:
     """The validation cases (a folder of case files, one case file; default the project's
     validation/) answered by each engine ("nccl", "des"), the DES with `calibration`'s parameters."""
-    from .studies.validate import default_dir, find_cases, read_calibration, run_case
-    found = find_cases(cases or default_dir())
+    from .studies.validate import read_calibration, run_case
+    found = _cases(cases)
     names = list(dict.fromkeys(canonical_engine(e) for e in engines))
     values = read_calibration(calibration) if isinstance(calibration, (str, Path)) else calibration
     if values is not None and "des" not in names:
@@ -363,13 +385,12 @@ def fit_parameters() -> dict:
     return {"names": tuple(FIT_NAMES), "values": tuple(DEFAULT_VALUES)}
 
 
-def calibrate(cases: str | Path | None = None, name: str = "step_lat.scale", values: Sequence[float] | None = None,
+def calibrate(cases: str | Path | Sequence | None = None, name: str = "step_lat.scale", values: Sequence[float] | None = None,
               jobs: int | None = None):
     """One DES parameter fitted to the validation cases (studies.calibrate.Fit: the value, its
     error, and each source left out in turn)."""
     from .studies.calibrate import DEFAULT_VALUES, default_jobs, fit
-    from .studies.validate import default_dir, find_cases
-    return fit(find_cases(cases or default_dir()), name, tuple(values or DEFAULT_VALUES), jobs or default_jobs())
+    return fit(_cases(cases), name, tuple(values or DEFAULT_VALUES), jobs or default_jobs())
 
 
 def knobs(names: Sequence[str] = (), nccl_version: str | None = None, system: str | None = None,
@@ -428,11 +449,19 @@ def replay(name: str, out_dir: str | Path, params: Params | None = None):
         raise UsageError(f"cannot write: {exc.strerror}", str(out_dir), "a writable folder") from None
 
 
-def diagnose(files: Sequence[str | Path], job: Job | None = None):
+def diagnose(files: Sequence[str | Path], job: Job | None = None, strict: bool = False):
     """What went wrong, on which rank, in which collective, from the logs and dumps people have
-    (forensics.Diagnosis); with the `job` they ran, where each blocked rank waits."""
+    (forensics.Diagnosis); with the `job` they ran, where each blocked rank waits. `strict`: files
+    of which not one line is NCCL's, PyTorch's or a Flight Recorder dump's are a UsageError (else
+    the diagnosis is "unknown", asking for such logs)."""
     from .forensics import diagnose as weigh, read_evidence, with_waits
     evidence = read_evidence(files)
+    recognised = (evidence.counts, evidence.versions, evidence.settings, evidence.nranks, evidence.init_complete,
+                  evidence.timeouts, evidence.work)
+    if strict and not any(recognised):
+        names = ", ".join(Path(f).name for f in files)
+        raise UsageError(f"no line of NCCL's, PyTorch's or nccl-tests' found ({evidence.lines_read} lines read)",
+                         names, "NCCL_DEBUG=INFO logs, PyTorch watchdog output, nccl_trace_rank_* Flight Recorder dumps")
     found = weigh(evidence)
     return with_waits(found, evidence, job) if job is not None else found
 
@@ -440,3 +469,184 @@ def diagnose(files: Sequence[str | Path], job: Job | None = None):
 def diagnosis_lines(diagnosis) -> list[str]:
     from .forensics import format_diagnosis
     return format_diagnosis(diagnosis)
+
+
+# --- pictures ----------------------------------------------------------------------------------
+# What the dashboard draws, as values (studies.views); `figures` draws them (matplotlib Figures).
+
+def node_drawing(job: Job) -> Drawing:
+    """The job's node laid out for drawing: CPUs, the PCIe tree, GPUs and NICs, NETs, NVSwitches;
+    edges with NCCL's link kind and GB/s."""
+    from .studies.views import node_drawing as draw
+    return draw(job)
+
+
+def fabric_drawing(job: Job, max_nodes: int = 8) -> Drawing:
+    """The cluster's leaves, spines and NICs for the first `max_nodes` nodes."""
+    from .studies.views import fabric_drawing as draw
+    return draw(job, max_nodes)
+
+
+def fabric_links(job: Job) -> tuple[str, ...]:
+    """Every directed link of the job's fabric as the DES names them (what `faults` take)."""
+    from .model.fabric import build_fabric
+    return tuple(link.name for link in build_fabric(job.cluster).links)
+
+
+def path_matrix(job: Job) -> PathMatrix:
+    """NCCL's path type and GB/s between the rank's GPUs and NICs."""
+    from .studies.views import path_matrix as matrix
+    return matrix(job)
+
+
+def ring_orders(job: Job) -> tuple[tuple[int, ...], ...]:
+    """Per channel, node 0's ranks in the order the channel's ring visits them."""
+    from .studies.views import ring_orders as orders
+    return orders(job)
+
+
+def tree_drawing(job: Job, channel: int = 0) -> Drawing:
+    """The tree of `channel` over the job's nodes (channel n/2 holds the other tree of the pair)."""
+    if not 0 <= channel < job.channels.n_channels:
+        raise UsageError(f"channel {channel}", "channel", f"0..{job.channels.n_channels - 1}")
+    from .studies.views import tree_drawing as draw
+    return draw(job, channel)
+
+
+def heads(job: Job) -> Heads:
+    """The NVLS and CollNet heads inside a node."""
+    from .studies.views import heads as found
+    return found(job)
+
+
+def priced(job: Job, the_call: Call) -> Table:
+    """Every algorithm x protocol NCCL prices for the call: time, busbw, channels, threads, and
+    `chosen` on NCCL's pick."""
+    from .studies.views import priced_rows
+    return Table(tuple(priced_rows(job, the_call)))
+
+
+def curves(job: Job, collective: str = "all_reduce", sizes: Sequence[int] = (1 << 20,), dtype: str = "float",
+           op: str = "sum", root: int = 0) -> Table:
+    """NCCL's time model over `sizes` for every pair it prices, `chosen` marking its pick per size."""
+    from .studies.views import size_curves
+    return Table(tuple(size_curves(job, collective_name(collective), list(sizes), dtype_name(dtype), redop_name(op),
+                                   root)))
+
+
+def link_table(result: CallResult, top: int = 20) -> Table:
+    """A DES run's busiest links as records (bytes, busy share, rate, capacity, load); empty for
+    other engines."""
+    from .studies.views import link_rows
+    return Table(tuple(link_rows(result.detail, top))) if result.estimate == "des" and result.detail else Table(())
+
+
+def timeline(result_or_trace: CallResult | dict, max_spans: int = 4000, ranks: Sequence[int] | None = None) -> Table:
+    """The spans of a run recorded with a trace (or of a Chrome trace document): rank, lane, op,
+    start and duration in us; those of `ranks` (default every rank)."""
+    from .studies.views import timeline_rows
+    doc = trace_doc(result_or_trace) if isinstance(result_or_trace, CallResult) else result_or_trace
+    return Table(tuple(timeline_rows(doc or {}, max_spans, ranks)))
+
+
+def measured(text: str, collective: str, nranks: int | None = None, where: str = "measured") -> Table:
+    """The rows of the first nccl-tests table in `text` (pasted output, its JSON or CSV blocks) for
+    `collective` on `nranks` ranks: size, time and bus bandwidth. No such table is a UsageError."""
+    from .studies.views import measured_rows
+    name = collective_name(collective)
+    tables = read_results(text, where)
+    fitting = [t for t in tables if t.collective in (None, name) and (nranks is None or t.nranks in (None, nranks))]
+    if not fitting:
+        found = ", ".join(f"{t.collective} with {t.nranks} ranks" for t in tables) or "no nccl-tests table"
+        raise UsageError(f"no {name} table for {nranks or 'any number of'} ranks (found {found})", where,
+                         "nccl-tests output with a matching table")
+    return Table(tuple(measured_rows(fitting[0])))
+
+
+def replay_timeline(the_replay, max_spans: int = 4000, ranks: Sequence[int] | None = None) -> Table:
+    """The per-rank spans of a replayed hang (its trace.json); empty where the scenario has none."""
+    trace = next((f for f in the_replay.files if f.endswith("trace.json")), None)
+    if trace is None:
+        return Table(())
+    return timeline(json.loads(Path(trace).read_text(encoding="utf-8")), max_spans, ranks)
+
+
+def waits(replay_or_diagnosis, nranks: int | None = None) -> tuple[WaitEdge, ...]:
+    """Who waits on whom: from a replay, each blocked rank's first stream that waits on a peer;
+    from a diagnosis alone, every rank (of `nranks`, else those its evidence names) on its culprits."""
+    from .studies.views import diagnosis_waits, replay_waits
+    if hasattr(replay_or_diagnosis, "blocked"):
+        return replay_waits(replay_or_diagnosis.blocked, replay_or_diagnosis.standing)
+    return diagnosis_waits(replay_or_diagnosis, nranks)
+
+
+def case(measured_file: str | Path, job: Job, collective: str, name: str | None = None,
+         env: Mapping[str, object] | None = None):
+    """A validation case (studies.validate.Case) from a measured nccl-tests file and the job it
+    ran on: what `validate`, `calibrate` and `case_points` take."""
+    from .studies.validate import Case
+    path = Path(measured_file)
+    return Case(name=name or path.stem, path=str(path), title=f"{job.system_name}, {job.nranks} ranks",
+                source=str(path), spec=job.spec, env=tuple((str(k), str(v)) for k, v in (env or {}).items()),
+                collective=collective_name(collective), measured=str(path), nranks=job.nranks, table=1, dtype=None,
+                in_place=False, gap="", expect=())
+
+
+def case_points(the_case, engine: str = "nccl", calibration: Mapping[str, float] | None = None) -> Table:
+    """One case answered by `engine` (the DES with `calibration`'s parameters): measured and
+    predicted busbw per size. A case that cannot run is a UsageError saying why."""
+    from .studies.validate import run_case
+    result = run_case(the_case, engine, dict(calibration) if calibration else None)
+    if result.error:
+        raise UsageError(result.error, the_case.name, "a case whose measurements and system load")
+    return Table(tuple({"nbytes": p.nbytes, "measured_busbw_gbps": p.measured_busbw_gbps,
+                        "busbw_gbps": p.predicted_busbw_gbps, "error_pct": p.error_pct, "algorithm": p.algorithm,
+                        "protocol": p.protocol} for p in result.points))
+
+
+_TUNER_SIZES = [1 << k for k in range(10, 31, 3)]  # 1 KiB to 1 GiB, x8
+
+
+def tuner(job: Job, collective: str = "all_reduce", sizes: Sequence[int] = (), engine: str | Engine = "des",
+          progress: Callable[[int, int], None] | None = None, **options) -> Table:
+    """The fastest algorithm/protocol per size range by `engine`'s own times (every pair NCCL
+    prices, forced in turn), beside NCCL's own pick: what `tuner_csv` writes for NCCL's example
+    tuner plugin."""
+    from .studies.tuner import tuner_rows
+    the_engine = engine_named(engine, **options) if isinstance(engine, str) else engine
+    return Table(tuple(tuner_rows(job, collective_name(collective), list(sizes) or _TUNER_SIZES, the_engine,
+                                  progress)))
+
+
+def tuner_csv(table: Table) -> str:
+    """A tuner table as NCCL's example tuner plugin reads it (nccl_tuner.conf, 2.26+)."""
+    from .studies.tuner import tuner_csv as to_csv
+    return to_csv(list(table.rows))
+
+
+# --- the dashboard -----------------------------------------------------------------------------
+
+DASHBOARD_APP = Path(__file__).resolve().parent / "dashboard" / "app.py"
+
+
+def dashboard_command(host: str = "localhost", port: int = 8501) -> list[str]:
+    """The command that serves the dashboard headless on host:port (Streamlit, no browser opened,
+    no usage statistics sent). Streamlit missing, or the port taken, is a UsageError."""
+    import importlib.util
+    import socket
+    import sys
+    if importlib.util.find_spec("streamlit") is None:
+        raise UsageError("Streamlit is not installed", "nicksim dashboard", "pip install 'nicksim[dashboard]'")
+    if not 1 <= port <= 65535:
+        raise UsageError(f"port {port}", "--port", "1..65535")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}", "--host/--port",
+                         "a free port on an address of this host") from None
+    return [sys.executable, "-m", "streamlit", "run", str(DASHBOARD_APP), "--server.headless", "true",
+            "--server.address", host, "--server.port", str(port), "--browser.gatherUsageStats", "false",
+            "--server.fileWatcherType", "none", "--global.developmentMode", "false", "--logger.level", "error",
+            "--client.toolbarMode", "viewer"]

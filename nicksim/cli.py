@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate_parser(sub)
     _add_alphabeta_parser(sub)
     _add_hang_parser(sub)
+    _add_dashboard_parser(sub)
     _add_env_parser(sub)
     return parser
 
@@ -287,6 +288,16 @@ def _add_alphabeta_parser(sub) -> None:
     ab.add_argument("-f", "--stepfactor", type=_int_at_least("-f", 2), default=2, help="size factor (default 2)")
     ab.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     ab.set_defaults(run=_run_alphabeta)
+
+
+def _add_dashboard_parser(sub) -> None:
+    dash = sub.add_parser("dashboard", help="serve the Streamlit dashboard (System, Plans, Performance, Hangs, "
+                                            "Calibration) and print its URL")
+    dash.add_argument("--host", default="localhost", help="address to listen on (default localhost; 0.0.0.0 for "
+                                                          "every interface)")
+    dash.add_argument("--port", type=_int_at_least("--port", 1), default=8501, help="port (default 8501)")
+    dash.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    dash.set_defaults(run=_run_dashboard)
 
 
 def _add_hang_parser(sub) -> None:
@@ -569,6 +580,20 @@ def _run_calibrate(args, params) -> int:
         except OSError as exc:
             raise api.UsageError(f"cannot write: {exc.strerror}", args.output, "a writable file") from None
     return 0
+
+
+def _run_dashboard(args, params) -> int:
+    import subprocess
+    command = api.dashboard_command(args.host, args.port)
+    shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"nicksim dashboard: http://{shown}:{args.port} (Ctrl-C stops it)", flush=True)
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL) as server:
+        try:
+            return server.wait()
+        except KeyboardInterrupt:
+            server.terminate()
+            server.wait()
+            return 130
 
 
 def _run_alphabeta(args, params) -> int:

@@ -11,5 +11,9 @@ fi
 if [ ! -d /usr/lib/python3/dist-packages/pyverbs ]; then
     apt-get update -q >/dev/null && apt-get install -y -q python3-pyverbs >/dev/null
 fi
+# The dashboard's browser test drives Debian's Chromium through Playwright (no browser is downloaded).
+if [ ! -x /usr/bin/chromium ]; then
+    apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null
+fi
 # One worker per CPU (pytest-xdist): the suite is CPU-bound and its tests independent.
 python3 -m pytest -q -n auto "$@"

@@ -52,6 +52,7 @@ class Replay:
     hang_lines: tuple[str, ...]
     files: tuple[str, ...]
     diagnosis: Diagnosis
+    blocked: tuple = ()  # the DES's blocked streams (model.engine.Blocked) when the watchdog fired
 
 
 def _numels(op: Op, nranks: int) -> tuple[int, int]:
@@ -347,7 +348,8 @@ def replay(scenario: Scenario, out_dir: str | Path, debug: DebugConfig | None = 
         _write(out / f"rank{w.rank}.log", "\n".join(w.lines) + "\n")
         files.append(str(out / f"rank{w.rank}.log"))
     logs = [f for f in files if not f.endswith("trace.json")]
-    return Replay(scenario, tuple(standing), hang_lines, tuple(files), diagnose(read_evidence(logs)))
+    return Replay(scenario, tuple(standing), hang_lines, tuple(files), diagnose(read_evidence(logs)),
+                  run.hang.blocked if not scenario.init_failure and run.hang else ())
 
 
 def _write(path: Path, text: str) -> None:

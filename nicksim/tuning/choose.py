@@ -28,7 +28,7 @@ from ..graph.search import Graph
 from .cost import (FUNCTIONS, NCCL_MAX_NTHREADS, WARP_SIZE, CostTable, ThreadThresholds, TuneInputs, algo_time,
                    thread_thresholds, time_model_modelled, tune_inputs, tune_model)
 
-__all__ = ["CommState", "Choice", "comm_state", "choose", "forced_choice", "nvls_supported"]
+__all__ = ["CommState", "Choice", "Priced", "comm_state", "choose", "forced_choice", "priced", "nvls_supported"]
 
 # src/include/device.h NCCL_MAX_DIRECT_ARITY (7, 2.18-2.30); NCCL_MAX_NVLS_ARITY changed (ReleaseRules.nvls_arity).
 NCCL_MAX_DIRECT_ARITY = 7
@@ -254,6 +254,33 @@ def forced_choice(comm: CommState, call: Call, algorithm: str, protocol: str) ->
                          "NCCL_ALGO / NCCL_PROTO", ", ".join(comm.table.algorithms) + " / " + ", ".join(PROTOCOLS))
     t = algo_time(comm.table, comm.inputs, call.func, algorithm, protocol, call.nbytes, comm.n_channels)
     return _size(comm, call, algorithm, protocol, call.nbytes, t.time_us, t.backup)
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One algorithm x protocol pair NCCL prices for a call: its estimated time (-1 where
+    ncclTopoGetAlgoTime says it cannot run), whether it is only a backup (the ring NCCL falls back
+    to), the channels and threads it would get, and whether it is the one NCCL picks."""
+
+    algorithm: str
+    protocol: str
+    time_us: float
+    backup: bool
+    max_channels: int
+    n_threads: int
+    chosen: bool
+
+
+def priced(comm: CommState, call: Call) -> tuple[Priced, ...]:
+    """Every pair updateCollCostTable prices for `call`, in NCCL's order, `chosen` marking the
+    one `choose` keeps: the alternatives behind NCCL's decision, side by side."""
+    pick = choose(comm, call)
+    out = []
+    for algorithm, protocol in _candidates(comm, call):
+        c = forced_choice(comm, call, algorithm, protocol)
+        out.append(Priced(algorithm, protocol, c.time_us, c.backup, c.max_channels, c.n_threads,
+                          (algorithm, protocol) == (pick.algorithm, pick.protocol)))
+    return tuple(out)
 
 
 def _size(comm: CommState, call: Call, algorithm: str, protocol: str, nbytes: int, time_us: float,

@@ -1,0 +1,2 @@
+"""The dashboard's pages, one script each (System, Plans, Performance, Hangs, Calibration)."""
+__all__ = ()
