@@ -46,7 +46,7 @@ def _pairs(job: Job, collective: str, sizes: Sequence[int]) -> list[tuple[str, s
 def tuner_rows(job: Job, collective: str, sizes: Sequence[int], engine: Engine,
                progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """A record per size range: the collective, the range, the pair `engine` found fastest in it,
-    its time at the range's first size, and NCCL's own pick there for comparison."""
+    its time at the range's first size, and NCCL's own picks over the range for comparison."""
     if collective not in TUNER_NAMES["collective"]:
         raise UsageError(f"{collective} has no tuner entry", "collective", ", ".join(TUNER_NAMES["collective"]))
     sizes = sorted(set(sizes))
@@ -72,13 +72,16 @@ def tuner_rows(job: Job, collective: str, sizes: Sequence[int], engine: Engine,
         best = min(times[size], key=lambda pair: (times[size][pair], pairs.index(pair)))
         nccl = next(p for p in priced(job.comm, call_for_size(collective, size, "float", "sum", 0, job.nranks))
                     if p.chosen)
+        nccl_pick = f"{nccl.algorithm}/{nccl.protocol}"
         if rows and (rows[-1]["algorithm"], rows[-1]["protocol"]) == best:
             rows[-1]["max_bytes"] = sizes[k + 1] - 1 if k + 1 < len(sizes) else _MAX_BYTES
+            if nccl_pick not in rows[-1]["nccl_choice"].split(", "):
+                rows[-1]["nccl_choice"] += f", {nccl_pick}"
             continue
         rows.append({"collective": collective, "min_bytes": 0 if not rows else size,
                      "max_bytes": sizes[k + 1] - 1 if k + 1 < len(sizes) else _MAX_BYTES,
                      "algorithm": best[0], "protocol": best[1], "time_us": times[size][best],
-                     "nccl_choice": f"{nccl.algorithm}/{nccl.protocol}", "nodes": job.nodes, "nranks": job.nranks})
+                     "nccl_choice": nccl_pick, "nodes": job.nodes, "nranks": job.nranks})
     return rows
 
 
