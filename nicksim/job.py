@@ -8,6 +8,7 @@ of GPUs instant.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,7 +27,7 @@ from .plan.collnet import CollNetLayout
 from .graph.search import Graph, search_graphs
 from .topology.system import System, build_system
 
-__all__ = ["JobSpec", "Job", "SPEC_FIELDS", "load_job", "load_node_paths"]
+__all__ = ["JobSpec", "Job", "SPEC_FIELDS", "MIN_NIC_GBPS", "MAX_NIC_GBPS", "check_spec", "load_job", "load_node_paths"]
 
 
 @dataclass(frozen=True)
@@ -204,10 +205,33 @@ def split_domains(spec: JobSpec, params: Params, system: System, paths: Paths, n
     return view, compute_paths(view, params, nranks=nranks, rank=local, net_plugin=net_plugin), domains
 
 
+# ncclNetProperties_t.speed is an int of Mbps (net.h): the slowest and fastest NIC NCCL can be told of, in Gb/s.
+MIN_NIC_GBPS, MAX_NIC_GBPS = 1 / 1000, (2**31 - 1) / 1000
+
+
+def check_spec(spec: JobSpec) -> None:
+    """Every SYSTEM option in range, wherever it came from (the command line, a sweep grid, a
+    case file, the dashboard): a UsageError naming the field otherwise."""
+    def bad(name: str, value, valid: str) -> UsageError:
+        return UsageError(f"{name} = {value}", f"{spec.where}: {name}" if spec.where != "SYSTEM" else f"--{name}"
+                          .replace("_", "-"), valid)
+    for name in ("nodes", "hosts_per_leaf", "gpus_per_node", "nics_per_node"):
+        value = getattr(spec, name)
+        if value is not None and not (isinstance(value, int) and value >= 1):
+            raise bad(name, value, "a whole number, 1 or more")
+    if spec.nic_gbps is not None and not MIN_NIC_GBPS <= spec.nic_gbps <= MAX_NIC_GBPS:
+        raise bad("nic_gbps", spec.nic_gbps, f"{MIN_NIC_GBPS:g} to {MAX_NIC_GBPS:g} Gb/s (NCCL's speed is an int of Mbps)")
+    if not 1.0 <= spec.oversubscription < math.inf:
+        raise bad("oversubscription", spec.oversubscription, "1 (non-blocking) or more, e.g. 2 for 2:1")
+    if spec.switch_lat_us is not None and not 0.0 <= spec.switch_lat_us < math.inf:
+        raise bad("switch_lat_us", spec.switch_lat_us, "a latency of 0 us or more")
+
+
 def load_job(spec: JobSpec, params: Params) -> Job:
     """Run topology, paths and the cluster build for `spec`; search, connect and the
     communicator follow lazily from the returned Job. The settings are taken as the release
     reads them (Params.for_version: its defaults; knobs it does not read dropped, with a note)."""
+    check_spec(spec)
     params = params.for_version(parse_version(spec.nccl_version).minor)
     name, filled, system, paths, fab = load_node_paths(spec, params)
     if fab.plugin_env:  # the network plugin sets these before NCCL reads them, unless the user did

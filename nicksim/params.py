@@ -212,6 +212,11 @@ def _parse_value(knob: Knob, text: str) -> tuple[Any, str | None]:
             # param.cc: strtoll's ERANGE gives NCCL's own words; text without digits, which NCCL
             # would silently read as 0, is reported the same way here.
             return None, f"NCCL INFO Invalid value {text} for {knob.name}, using default {knob.default}."
+        if value in knob.keep:  # NCCL's "use the default" (e.g. NCCL_BUFFSIZE=-2: init.cc computeBuffSizes)
+            return knob.default, None
+        if knob.least is not None and value < knob.least:
+            also = "".join(f" or {k} (the default)" for k in knob.keep)
+            raise UsageError(f"{knob.name}={text} cannot run", knob.name, f"at least {knob.least}{also}")
         return value, None
     if knob.kind == "iflist":
         if _parse_iflist(knob, text) is None:

@@ -37,6 +37,10 @@ class Knob:
     des: str = ""  # "" = as in nccl
     real: str = ""  # "" = as in nccl
     versioned: tuple[tuple[int, Any], ...] = ()
+    # The smallest value that can run (ints), where NCCL takes any value and a smaller one breaks
+    # the buffers or schedules it sizes; `keep` are the sentinels below it that mean "NCCL's default".
+    least: int | None = None
+    keep: tuple[int, ...] = ()
 
     def default_for(self, minor: int | None) -> Any:
         """NCCL's default in release 2.`minor` (the newest where None)."""
@@ -76,8 +80,19 @@ _IB_REAL = "the real backend's NET/IB (realhw/net_ib.py, where an RDMA device an
 _DES_REPLAY = "the hang replay's watchdog and logs (nicksim hang replay)"
 
 
-def _k(name, default, kind, doc, since="2.3", until=None, nccl=NO_EFFECT, des="", real="", versioned=()):
-    return Knob(name, default, kind, doc, since, until, nccl, des, real, tuple(versioned))
+def _k(name, default, kind, doc, since="2.3", until=None, nccl=NO_EFFECT, des="", real="", versioned=(), least=None,
+       keep=()):
+    return Knob(name, default, kind, doc, since, until, nccl, des, real, tuple(versioned), least, tuple(keep))
+
+
+# init.cc computeBuffSizes takes any value but -2 (the default) as given; below these a chunk
+# (enqueue.cc calcCollChunking: a step of NCCL_STEPS = 8, halved for LL, 15/16 of it for LL128,
+# one step where chunkSteps is 1) holds no grain of its protocol (device.h ncclProtoGrainSize:
+# Simple 512 B, LL 16 B, LL128 1920 B), and NCCL's loops would cut it into nothing.
+_STEPS = 8
+_LEAST_SIMPLE_BUFF = _STEPS * 512
+_LEAST_LL_BUFF = _STEPS * 2 * 16
+_LEAST_LL128_BUFF = _STEPS * 2048  # 2048 x 15/16 = 1920
 
 
 KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
@@ -137,21 +152,23 @@ KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NCCL_BUFFSIZE", 4194304, "int", "Simple buffer per connection, bytes; a step is 1/8 of it (init.cc)", "2.3",
        nccl="Simple step and chunk sizes, so the pipeline depth and small-message time",
        des="Simple step sizes: how many steps a call takes and how it pipelines",
-       real="the size of every Simple shared-memory or socket slot"),
+       real="the size of every Simple shared-memory or socket slot", least=_LEAST_SIMPLE_BUFF, keep=(-2,)),
     _k("NCCL_LL_BUFFSIZE", -2, "int", "LL buffer per connection (-2: 8 x 512 x 8 x 16 B = 512 KiB; init.cc)", "2.7",
-       nccl="LL step size (and send/recv's LL slots)", real="the size of every LL slot"),
+       nccl="LL step size (and send/recv's LL slots)", real="the size of every LL slot", least=_LEAST_LL_BUFF,
+       keep=(-2,)),
     _k("NCCL_LL128_BUFFSIZE", -2, "int", "LL128 buffer per connection (-2: 120 x 640 x 8 x 8 B = 4915200 B)", "2.7",
-       nccl="LL128 step size", real="the size of every LL128 slot"),
+       nccl="LL128 step size", real="the size of every LL128 slot", least=_LEAST_LL128_BUFF, keep=(-2,)),
     _k("NCCL_P2P_NET_CHUNKSIZE", P2P_NET_CHUNK_DEFAULT, "int", "send/recv chunk across nodes, bytes (init.cc; x2 on "
-       "ARM with SM100 from 2.29)", "2.14", nccl="send/recv chunk across nodes (P2P Chunksize line)", real=_PLAN),
+       "ARM with SM100 from 2.29)", "2.14", nccl="send/recv chunk across nodes (P2P Chunksize line)", real=_PLAN,
+       least=1),
     _k("NCCL_P2P_NVL_CHUNKSIZE", 524288, "int", "send/recv chunk when every GPU pair is on NVLink, bytes", "2.16",
-       nccl="send/recv chunk inside an NVLink node", real=_PLAN),
+       nccl="send/recv chunk inside an NVLink node", real=_PLAN, least=1),
     _k("NCCL_P2P_PCI_CHUNKSIZE", 131072, "int", "send/recv chunk over PCI, bytes", "2.16",
-       nccl="send/recv chunk over PCIe", real=_PLAN),
+       nccl="send/recv chunk over PCIe", real=_PLAN, least=1),
     _k("NCCL_P2P_LL_THRESHOLD", 16384, "int", "send/recv parts of at most this many bytes go LL (enqueue.cc)", "2.14",
        nccl="send/recv protocol (LL or Simple) by size", real=_PLAN),
     _k("NCCL_P2P_SCHEDULE_GROUP_SIZE", 8, "int", "ranks per group of the send/recv schedule across nodes", "2.28",
-       nccl="the order of alltoall's rounds", real=_PLAN),
+       nccl="the order of alltoall's rounds", real=_PLAN, least=1),
     _k("NCCL_P2P_PER_CHANNEL_NET_BW", int(P2P_PER_CHANNEL_NET_BW), "int", "GB/s one point-to-point channel drives "
        "over NET (paths.cc)", "2.29", nccl="send/recv channels across nodes", real=_PLAN),
     # --- paths and transports (paths.cc, search.cc) ---
@@ -290,7 +307,7 @@ KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
     _k("NICKSIM_COMM_ID", None, "hostport", "the real backend's bootstrap root, host:port (as NCCL_COMM_ID)",
        nccl=NO_EFFECT, real="the root the ranks join"),
     _k("NICKSIM_TIMEOUT", 60, "int", "seconds the real backend waits on a peer before it gives up", nccl=NO_EFFECT,
-       real="how long a rank waits on a dead or stuck peer"),
+       real="how long a rank waits on a dead or stuck peer", least=1),
     _k("NICKSIM_DEVICE", "cpu", "str", "where the real backend's ranks run: cpu (shared memory, numpy) or gpu (CUDA "
        "IPC, CuPy kernels; one host)", nccl=NO_EFFECT, real="CPU or GPU buffers and kernels"),
     _k("NICKSIM_DEBUG_RANKS", "all", "str", "the simulated ranks whose NCCL_DEBUG lines are written: all, or a list "

@@ -437,6 +437,10 @@ def rank_programs(plan: Plan, rings: tuple[tuple[int, ...], ...], trees: dict, r
             ring0 = rings[c % len(rings)]
             pos = ring0.index(rank)
             ring = ring0[pos:] + ring0[:pos]
+            if len(ring) == 1:  # one rank: NCCL copies the input to the output (enqueue.cc ncclLaunchOneRank)
+                programs.append(ChannelProgram(c, (Stream("ring", tuple(Prim("copy", o, n)
+                                                                        for o, n in _chunks(plan, part))),)))
+                continue
             builders = {"all_reduce": lambda: _ring_allreduce(plan, part, ring, rank, pos),
                         "all_gather": lambda: _ring_allgather(plan, part, ring),
                         "reduce_scatter": lambda: _ring_reducescatter(plan, part, ring),

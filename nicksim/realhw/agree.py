@@ -1,8 +1,8 @@
 """Every rank must run the same plan: a digest of each rank's, compared across the job.
 
 Each rank builds its System, searches and plans on its own, as NCCL's ranks do; a rank whose
-environment differs (another NCCL_PROTO, NCCL_ALGO or NCCL_BUFFSIZE) would build another plan and
-the job would hang or corrupt data. `plan_fingerprint(plan)` is what a rank tells the others: the
+environment differs (another NCCL_PROTO, NCCL_ALGO or NCCL_BUFFSIZE), or that was asked for another
+call (another reduction or root), would build another plan, and the job would hang or corrupt data. `plan_fingerprint(plan)` is what a rank tells the others: the
 plan's decisions and a digest of its whole per-channel split; `check_same_plan(fingerprints)` raises
 PlanMismatchError naming the ranks that differ from rank 0 and the decisions the first of them
 differs in.
@@ -19,7 +19,8 @@ __all__ = ["PlanMismatchError", "plan_fingerprint", "check_same_plan"]
 
 # What a difference is reported by: the call, the release and NCCL's choice first; what follows
 # from them (channels, threads, buffer steps) only where those agree.
-DECISIONS = ("collective", "count", "dtype", "nccl_version", "algorithm", "protocol")
+CALL = ("collective", "count", "dtype", "redop", "root")
+DECISIONS = (*CALL, "nccl_version", "algorithm", "protocol")
 DERIVED = ("n_channels", "n_threads", "step_nbytes", "chunk_steps", "slice_steps")
 
 
@@ -32,7 +33,7 @@ class PlanMismatchError(NickSimError):
 def plan_fingerprint(plan: Plan) -> dict:
     """The plan's decisions, and a digest of them with every channel's part and chunk."""
     decisions = {"collective": plan.call.collective, "count": plan.call.count, "dtype": plan.call.dtype,
-                 "algorithm": plan.algorithm, "protocol": plan.protocol, "n_channels": plan.n_channels,
+                 "redop": plan.call.redop, "root": plan.call.root, "algorithm": plan.algorithm, "protocol": plan.protocol, "n_channels": plan.n_channels,
                  "n_threads": plan.n_threads, "step_nbytes": plan.step_nbytes, "chunk_steps": plan.chunk_steps,
                  "slice_steps": plan.slice_steps, "nccl_version": f"2.{plan.version_minor}"}
     parts = [[p.channel, p.offset, p.count, p.chunk_nbytes] for p in plan.parts]
@@ -54,5 +55,6 @@ def check_same_plan(fingerprints: list[dict]) -> None:
     subject = "rank" if len(odd) == 1 else "ranks"
     what = "; ".join(f"{k} {theirs.get(k)} on rank {first}, {mine['decisions'].get(k)} on rank 0" for k in fields)
     what = what or "the same decisions but another split of the call over channels"
-    raise PlanMismatchError(f"{subject} {ranks} built another plan than rank 0: {what}", "plan",
-                            "the same NCCL_* settings on every rank")
+    valid = "the same call on every rank (collective, -b/-e, -d, -o, -r)" if set(fields) & set(CALL) \
+        else "the same NCCL_* settings on every rank"
+    raise PlanMismatchError(f"{subject} {ranks} built another plan than rank 0: {what}", "plan", valid)

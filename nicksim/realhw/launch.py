@@ -5,16 +5,58 @@ in that order (the most specific first: mpirun inside a Slurm allocation still s
 returns None where no launcher started the process (`nicksim run` then spawns its own ranks).
 `root_address(params, environ)` is the bootstrap root: NICKSIM_COMM_ID=host:port, as NCCL_COMM_ID,
 else torchrun's MASTER_ADDR and MASTER_PORT. A malformed value raises UsageError naming the variable.
+`watch_parent()` ends a rank (as Ctrl-C would) once the process that started it is gone;
+`exit_with_parent()` gives Popen a function that arms the same in a child before it runs anything.
 """
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import UsageError
 from ..params import Params
 
-__all__ = ["RankEnv", "LAUNCHERS", "rank_env", "root_address", "parse_host_port"]
+__all__ = ["RankEnv", "LAUNCHERS", "rank_env", "root_address", "parse_host_port", "watch_parent",
+           "exit_with_parent"]
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def exit_with_parent():
+    """For Popen's preexec_fn: on Linux, the child gets SIGINT when the thread that started it
+    ends (PR_SET_PDEATHSIG, armed between fork and exec, so a launcher killed at any moment takes
+    its ranks with it); None elsewhere, where watch_parent is the only guard."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+# How often a rank looks whether its launcher is still there.
+PARENT_POLL_S = 0.2
+
+
+def watch_parent() -> None:
+    """From now on, when the process that started this one ends (a launcher killed with -9, say),
+    this process gets SIGINT, so it stops and cleans up as on Ctrl-C, within PARENT_POLL_S: a dead
+    launcher leaves no rank behind. A thread compares getppid() with the parent seen now (an orphan
+    is re-parented to init or a subreaper); it works on every POSIX system and, unlike Linux's
+    PR_SET_PDEATHSIG, does not fire when the thread that started the process ends."""
+    if any(t.name == "nicksim-parent-watch" for t in threading.enumerate()):
+        return  # one watch a process (ranks run as threads in tests)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, name="nicksim-parent-watch", daemon=True).start()
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Callable, Mapping, NoReturn, Sequence
 
 import numpy as np
 
-from ..calls import Call, call_for_size
+from ..calls import COLLECTIVE_TABLE, Call, call_for_size
 from ..errors import NickSimError, RanksFailed, UsageError
 from ..job import JobSpec, load_job
 from ..topology.catalog import HOST_SYSTEM
@@ -44,7 +44,7 @@ from .bootstrap import Bootstrap, BootstrapError
 from .execute import HOST_OPS, ExecuteError, check_runnable, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .cuda_kernels import GpuUnavailable, gpu_unavailable
-from .launch import LAUNCHERS, RankEnv, rank_env, root_address
+from .launch import LAUNCHERS, RankEnv, exit_with_parent, rank_env, root_address, watch_parent
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
 from .net_ib import IbNet, ib_net
 from .verbs import VerbsError, VerbsUnavailable, verbs_unavailable
@@ -73,10 +73,11 @@ def spawn(command: Sequence[str], nranks: int, environ: Mapping[str, str], timeo
     The worst exit status of them."""
     root = f"127.0.0.1:{free_port()}"
     procs = []
+    arm = exit_with_parent()  # the ranks end with this process, however it ends
     for rank in range(nranks):
         env = dict(environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank), NICKSIM_COMM_ID=root)
         # Every rank prints its own NCCL_DEBUG lines (to the shared stdout, as under mpirun) and its errors.
-        procs.append(subprocess.Popen([sys.executable, *command], env=env))
+        procs.append(subprocess.Popen([sys.executable, *command], env=env, preexec_fn=arm))
     try:
         worst, failed_at = 0, None
         while any(p.poll() is None for p in procs):
@@ -403,6 +404,12 @@ def _ranks_text(ranks: list[int]) -> str:
     return ",".join(str(r) for r in ranks)
 
 
+def _check_root(options: RunOptions, nranks: int) -> None:
+    """A rooted collective's root must be a rank of the job (else no rank would ever send it)."""
+    if COLLECTIVE_TABLE[options.collective].rooted and not 0 <= options.root < nranks:
+        raise UsageError(f"root {options.root} is not a rank of this job", "-r", f"0..{nranks - 1}")
+
+
 def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: Params,
              on_joined=None, on_row=None, on_trace=None) -> list[ResultRow]:
     """One rank's run (see the module docstring); rank 0 calls `on_joined(layout)` once every rank
@@ -410,6 +417,8 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
     with options.trace, `on_trace(row, spans)` for the largest size, and returns the rows; the
     others return []."""
     timeout_s = float(params.get("NICKSIM_TIMEOUT"))
+    _check_root(options, env.size)
+    watch_parent()  # a rank ends with its launcher
     with Bootstrap.join(env.rank, env.size, root, timeout_s) as boot:
         nodes = node_layout(_exchange(boot, host_id(params)))
         nnodes = len(set(nodes))
@@ -628,6 +637,7 @@ def run_command(options: RunOptions, params: Params, nranks: int | None, argv: S
         if nranks > MAX_RANKS_PER_HOST:
             raise UsageError(f"-np {nranks} ranks on this host", "-np", f"at most {MAX_RANKS_PER_HOST}: a host "
                              f"is planned as {HOST_SYSTEM}, whose GPUs join by shared memory")
+        _check_root(options, nranks)  # said once here, not by every rank
         return RunDone(spawn(["-m", "nicksim", *argv], nranks, os.environ, float(params.get("NICKSIM_TIMEOUT"))))
     root = root_address(params, os.environ)
     if root is None:
@@ -657,4 +667,6 @@ def run_command(options: RunOptions, params: Params, nranks: int | None, argv: S
     if env.rank == 0:
         for line in table_footer(options.collective, rows, threads=1):
             emit(line)
-    return RunDone(0, tuple(rows), env.size if env.rank == 0 else 0)
+    # nccl-tests exits with EXIT_FAILURE where its check found wrong elements (the footer's FAILED).
+    wrong = any((m.nwrong or 0) > 0 for row in rows for m in (row.out_of_place, row.in_place) if m is not None)
+    return RunDone(1 if wrong else 0, tuple(rows), env.size if env.rank == 0 else 0)

@@ -21,7 +21,7 @@ from ..formats.report import (MeasuredTable, ResultRow, format_row, measurement,
 from ..formats.tables import Records
 from ..tuning.cost import format_tuning_table
 
-__all__ = ["parse_size", "sweep_sizes", "perf_rows", "result_row_of", "PerfOptions", "Perf", "run_perf", "Comparison", "compare", "format_comparison", "size_band",
+__all__ = ["parse_size", "sweep_sizes", "MAX_SIZES", "perf_rows", "result_row_of", "PerfOptions", "Perf", "run_perf", "Comparison", "compare", "format_comparison", "size_band",
            "measured_table"]
 
 
@@ -31,11 +31,16 @@ def parse_size(text, where: str) -> int:
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
     try:
         value = int(float(t[:-1] if scale != 1 else t) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # words, and inf or nan, are no size
         raise UsageError(f"'{text}' is not a size", where, "bytes like 8, 64K, 256M, 8G") from None
     if value < 0:
         raise UsageError(f"size {text}", where, "a size >= 0")
     return value
+
+
+# The most sizes one run answers: a bound on time and memory (nccl-tests has none; -i 1 over a
+# range of megabytes would never end).
+MAX_SIZES = 10_000
 
 
 def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, step_nbytes: int | None = None) \
@@ -43,6 +48,11 @@ def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, s
     """nccl-tests' size loop: from -b to -e, multiplying by -f or adding -i."""
     if max_nbytes < min_nbytes:
         raise UsageError(f"-e {max_nbytes} is below -b {min_nbytes}", "-b/-e", "-e at least -b")
+    if step_nbytes:
+        count = (max_nbytes - min_nbytes) // step_nbytes + 1
+        if count > MAX_SIZES:
+            raise UsageError(f"-b {min_nbytes} to -e {max_nbytes} by -i {step_nbytes} is {count} sizes", "-i",
+                             f"a step that gives at most {MAX_SIZES} sizes")
     sizes, size = [], min_nbytes
     while size <= max_nbytes:
         sizes.append(size)

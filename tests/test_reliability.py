@@ -1,0 +1,198 @@
+"""Bad input is one line and exit 2, wherever it comes from; a run's ranks end with their launcher;
+a failed check fails the run; a call the ranks disagree on is refused, not answered wrongly."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nicksim import api
+from nicksim.calls import Call
+from nicksim.job import JobSpec, check_spec
+from nicksim.params import read_params
+from nicksim.plan.chunking import plan_call
+from nicksim.realhw import runner
+from nicksim.realhw.agree import PlanMismatchError, check_same_plan, plan_fingerprint
+from nicksim.realhw.runner import RunOptions, free_port
+from nicksim.studies.perf import MAX_SIZES
+from test_bootstrap import GUARD_S
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def nicksim(*args, timeout=GUARD_S, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nicksim", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def one_line_exit_2(done: subprocess.CompletedProcess, *words: str) -> None:
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "broadcast", "all_gather"])
+def test_a_job_of_one_rank_copies_its_input(collective):
+    done = nicksim("run", collective, "-np", "1", "-b", "1K", "-e", "1M", "-f", "32", "-n", "2", "-c", "1")
+    assert done.returncode == 0, done.stderr
+    rows = api.nccl_tests_lines(done.stdout)[0].rows
+    assert len(rows) == 3 and all(r.out_of_place.nwrong == 0 and r.in_place.nwrong == 0 for r in rows)
+
+
+def test_one_rank_on_the_des():
+    job = api.load("dgx-h100", gpus_per_node=1)
+    run = api.perf(job, "all_reduce", [1 << 20], engine="des")
+    assert run.records()[0]["time_us"] > 0
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["-b", "inf"], ["'inf' is not a size"]), (["-e", "1e400"], ["'1e400' is not a size"]),
+    (["-b", "nan"], ["'nan' is not a size"]),
+    (["-b", "1", "-e", "64M", "-i", "1"], ["67108864 sizes", f"at most {MAX_SIZES}"]),
+    (["--nic-gbps", "1e308"], ["nic_gbps", "NCCL's speed is an int of Mbps"]),
+])
+def test_sizes_and_speeds_out_of_range_are_refused(flags, words):
+    one_line_exit_2(nicksim("perf", "all_reduce", *flags), *words)
+
+
+@pytest.mark.parametrize("field, value", [("nic_gbps", 1e-9), ("nic_gbps", float("nan")), ("nic_gbps", -100.0),
+                                          ("switch_lat_us", -5.0), ("switch_lat_us", float("nan")),
+                                          ("oversubscription", float("inf")), ("nodes", 0), ("gpus_per_node", 0)])
+def test_every_system_option_is_checked_wherever_it_comes_from(field, value):
+    spec = JobSpec(system="dgx-h100", where="grid.toml", **{field: value})
+    with pytest.raises(api.UsageError, match=f"{field} = "):
+        check_spec(spec)
+    with pytest.raises(api.UsageError):
+        api.load_job(spec, read_params({}))
+
+
+def test_a_sweep_row_out_of_range_is_an_error_row_not_a_wrong_answer(tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text('[sweep]\ncollective = "all_reduce"\nsizes = ["1M"]\nsystem = ["dgx-h100"]\nnodes = [2]\n'
+                    'nic_gbps = [1e-9, 400]\n')
+    rows = api.sweep(api.read_grid(grid)).records()
+    assert "nic_gbps" in rows[0]["error"] and not rows[1].get("error")
+
+
+@pytest.mark.parametrize("setting, least", [("NCCL_BUFFSIZE=1", 4096), ("NCCL_BUFFSIZE=-1", 4096),
+                                            ("NCCL_LL_BUFFSIZE=1", 256), ("NCCL_LL128_BUFFSIZE=2000", 16384),
+                                            ("NCCL_P2P_NET_CHUNKSIZE=0", 1), ("NCCL_P2P_SCHEDULE_GROUP_SIZE=0", 1),
+                                            ("NICKSIM_TIMEOUT=0", 1), ("NICKSIM_TIMEOUT=-5", 1)])
+def test_knob_values_that_cannot_run_are_refused(setting, least):
+    with pytest.raises(api.UsageError, match=f"at least {least}"):
+        api.settings([setting])
+    one_line_exit_2(nicksim("perf", "all_reduce", "-b", "1M", "-e", "1M", "--env", setting), setting.split("=")[0])
+
+
+@pytest.mark.parametrize("setting", ["NCCL_BUFFSIZE=4096", "NCCL_LL_BUFFSIZE=256", "NCCL_LL128_BUFFSIZE=16384",
+                                     "NCCL_BUFFSIZE=-2"])
+def test_the_smallest_buffers_run_on_every_protocol(setting):
+    job = api.load("dgx-h100", nodes=2, env=[setting])
+    for protocol in ("LL", "LL128", "Simple"):
+        forced = api.load("dgx-h100", nodes=2, env=[setting, f"NCCL_PROTO={protocol}"])
+        for collective in ("all_reduce", "broadcast"):
+            result = api.perf(forced, collective, [64 << 10], engine="des").records()[0]
+            assert result["protocol"] == protocol and result["time_us"] > 0
+    value = int(setting.split("=")[1])
+    assert job.params.get(setting.split("=")[0]) == (4 << 20 if value == -2 else value)  # -2: the default
+
+
+def test_ranks_that_differ_in_reduction_or_root_are_refused():
+    job = api.load("dgx-h100")
+    fingerprints = [plan_fingerprint(plan_call(job.comm, Call("all_reduce", 4096, "float", op, -1, 8)))
+                    for op in ("sum", "max")]
+    with pytest.raises(PlanMismatchError, match="redop max on rank 1, sum on rank 0") as caught:
+        check_same_plan(fingerprints)
+    assert "the same call on every rank" in caught.value.line()
+    rooted = [plan_fingerprint(plan_call(job.comm, Call("broadcast", 4096, "float", "none", root, 8)))
+              for root in (0, 3)]
+    with pytest.raises(PlanMismatchError, match="root 3 on rank 1, 0 on rank 0"):
+        check_same_plan(rooted)
+
+
+def test_ranks_asked_for_different_reductions_stop_instead_of_answering_wrong():
+    """Two ranks under a launcher, one asked for -o sum and one for -o max: both refuse the run."""
+    comm = f"127.0.0.1:{free_port()}"
+    procs = []
+    for rank, op in ((0, "sum"), (1, "max")):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), NICKSIM_COMM_ID=comm)
+        procs.append(subprocess.Popen([sys.executable, "-m", "nicksim", "run", "all_reduce", "-b", "64K", "-e", "64K",
+                                       "-o", op, "-c", "1"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=GUARD_S) for p in procs]
+    assert [p.returncode for p in procs] == [2, 2], outs
+    assert "redop max on rank 1, sum on rank 0" in outs[0][1] and "the same call on every rank" in outs[0][1]
+
+
+def test_a_root_outside_the_job_is_said_once_before_any_rank_starts():
+    started = time.monotonic()
+    one_line_exit_2(nicksim("run", "broadcast", "-np", "2", "-r", "5", "-b", "1K", "-e", "1K"), "-r", "0..1")
+    assert time.monotonic() - started < 20
+
+
+def test_a_failed_check_fails_the_run(monkeypatch):
+    """A rank whose check counts wrong elements makes `nicksim run` exit 1, as nccl-tests does."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    params = read_params({"NICKSIM_COMM_ID": f"127.0.0.1:{free_port()}"})
+    options = RunOptions("all_reduce", (4096,), "float", "sum", 0, 1, 0, 1, str(api.DEFAULT_NCCL_VERSION), False)
+    lines: list[str] = []
+    right = runner.run_command(options, params, None, [], "# header", lines.append)
+    assert right.status == 0 and "0 OK" in "\n".join(lines)
+    monkeypatch.setattr(runner, "count_wrong", lambda call, got, want: 7)
+    lines.clear()
+    wrong = runner.run_command(options, params, None, [], "# header", lines.append)
+    assert wrong.status == 1 and "FAILED" in "\n".join(lines)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            if f"\nPPid:\t{pid}\n" in status:
+                found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 2.0])  # while the ranks start; in their timed iterations
+def test_ranks_end_with_their_launcher_when_it_is_killed(wait_s):
+    from test_runner import leaked, segments
+    before = segments()
+    launcher = subprocess.Popen([sys.executable, "-m", "nicksim", "run", "all_reduce", "-np", "2", "-n", "100000",
+                                 "-b", "64K", "-e", "64K"], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + GUARD_S
+    ranks: list[int] = []
+    while len(ranks) < 2 and time.monotonic() < deadline:
+        ranks = _children(launcher.pid)
+        time.sleep(0.1)
+    assert len(ranks) == 2
+    time.sleep(wait_s)
+    launcher.kill()
+    launcher.wait()
+    killed = time.monotonic()
+    while any(_running(r) for r in ranks) and time.monotonic() - killed < 10:
+        time.sleep(0.05)
+    assert not any(_running(r) for r in ranks)
+    assert time.monotonic() - killed < 2.0
+    time.sleep(0.5)
+    assert not leaked(before)
