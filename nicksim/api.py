@@ -19,6 +19,7 @@ so a notebook's shell does not leak into its answers).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
@@ -43,7 +44,7 @@ from .studies.perf import (Perf, PerfOptions, compare, format_comparison, measur
 from .topology.catalog import CATALOG, DEFAULT_SYSTEM, HOST_SYSTEM
 from .topology.hardware import FABRICS, GPU_MODELS
 from .topology.system import format_system
-from .topology.xml import dump_topo_xml, write_topo_xml
+from .topology.xml import dump_topo_xml
 from .studies import figures
 from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
 
@@ -63,6 +64,7 @@ __all__ = [
     "Engine", "CallResult", "engine", "Perf", "PerfOptions", "perf", "run_perf", "sizes", "parse_size",
     "job_logger", "JobLogger", "link_report", "trace_doc", "compare_lines", "nccl_tests_lines",
     "run_header", "step_text", "table_header", "table_footer", "format_row", "results_json", "write_json",
+    "write_text", "check_output",
     "measured_table", "real_trace", "read_calibration",
     # studies
     "Table", "sweep", "read_grid", "rows_csv", "fit_lines", "calibration_text", "validate", "Validation", "calibrate", "knobs", "knob_lines", "alphabeta_lines",
@@ -162,15 +164,12 @@ def topology_xml(job: Job) -> str:
 
 def write_topology(job: Job, path: str | Path) -> None:
     """The job's node as NCCL_TOPO_DUMP_FILE holds it (completed, in NCCL's dump layout)."""
-    write_topo_xml(job.filled.doc, path)
+    write_text(path, topology_xml(job))
 
 
 def write_graphs(job: Job, path: str | Path) -> None:
     """The job's searched graphs as NCCL_GRAPH_DUMP_FILE holds them."""
-    try:
-        Path(path).write_text(graphs_xml(job.paths, job.graphs), encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write: {exc.strerror}", str(path), "a writable file path") from None
+    write_text(path, graphs_xml(job.paths, job.graphs))
 
 
 def plan(job: Job, the_call: Call) -> Plan:
@@ -254,12 +253,36 @@ def nccl_tests_lines(text: str, where: str = "text") -> list:
     return read_results(text, where)
 
 
-def write_json(path: str | Path, doc: dict) -> None:
-    """`doc` written as indented JSON; an unwritable path is a UsageError."""
+def write_text(path: str | Path, text: str) -> None:
+    """`text` written to `path` whole or not at all: into a temporary file beside it, then renamed
+    over it, so a kill or a full disk never leaves the previous file cut short. An unwritable path
+    is a UsageError."""
+    path = Path(path)
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
     try:
-        Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        part.write_text(text, encoding="utf-8")
+        os.replace(part, path)
     except OSError as exc:
+        part.unlink(missing_ok=True)
         raise UsageError(f"cannot write: {exc.strerror}", str(path), "a writable file path") from None
+
+
+def check_output(path: str | Path, flag: str) -> None:
+    """A UsageError now, before any work, where `path` could not be written later: its folder is
+    missing or not writable, or it is a folder itself."""
+    path = Path(path)
+    folder = path.resolve().parent
+    if path.is_dir():
+        raise UsageError("is a folder", str(path), f"a file path for {flag}")
+    if not folder.is_dir():
+        raise UsageError(f"no folder {folder}", str(path), f"a file path in an existing folder for {flag}")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"cannot write in {folder}", str(path), f"a file path in a writable folder for {flag}")
+
+
+def write_json(path: str | Path, doc: dict) -> None:
+    """`doc` written as indented JSON, whole or not at all (write_text)."""
+    write_text(path, json.dumps(doc, indent=2) + "\n")
 
 
 def run_ranks(collective: str, sizes: Sequence[int], dtype: str, op: str, root: int, iters: int, warmup_iters: int,
@@ -306,6 +329,8 @@ def read_grid(path: str | Path) -> list[dict]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable GRID.toml") from None
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8 text", str(path), "a GRID.toml (UTF-8)") from None
     return parse_grid(text, str(path))
 
 

@@ -549,10 +549,7 @@ def _run_sweep(args, params) -> int:
     if args.output and args.output.endswith(".json"):
         api.write_json(args.output, {"grid": args.grid, "rows": rows})
     elif args.output:
-        try:
-            Path(args.output).write_text(api.rows_csv(rows), encoding="utf-8")
-        except OSError as exc:
-            raise api.UsageError(f"cannot write: {exc.strerror}", args.output, "a writable file path") from None
+        api.write_text(args.output, api.rows_csv(rows))
     else:
         print(api.rows_csv(rows), end="")
     failed = sum(1 for row in rows if row.get("error"))
@@ -575,10 +572,7 @@ def _run_calibrate(args, params) -> int:
     result = api.calibrate(args.cases, args.fit, args.values, args.jobs)
     print("\n".join(api.fit_lines(result)))
     if args.output:
-        try:
-            Path(args.output).write_text(api.calibration_text(result), encoding="utf-8")
-        except OSError as exc:
-            raise api.UsageError(f"cannot write: {exc.strerror}", args.output, "a writable file") from None
+        api.write_text(args.output, api.calibration_text(result))
     return 0
 
 
@@ -602,6 +596,11 @@ def _run_alphabeta(args, params) -> int:
     return 0
 
 
+# The flags that name a file to write, by their argparse names.
+_OUTPUTS = (("json", "-J/--json"), ("trace", "--trace"), ("dump_xml", "--dump-xml"), ("dump_graph", "--dump-graph"),
+            ("output", "-o/--output"), ("output_json", "--json"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -611,6 +610,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = argv  # `nicksim run -np N` starts its ranks with the same command line
         params = api.settings(getattr(args, "env", []), os.environ)
         _warn(params.warnings)
+        for name, flag in _OUTPUTS:  # an output that could not be written is said before the work
+            if isinstance(getattr(args, name, None), str):
+                api.check_output(getattr(args, name), flag)
         return args.run(args, params)
     except api.RanksFailed as exc:  # each rank has said why
         return exc.status

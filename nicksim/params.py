@@ -289,5 +289,5 @@ def debug_ranks(params: Params, nranks: int) -> tuple[int, ...]:
         first, dash, last = part.strip().partition("-")
         if not (first.isdigit() and (not dash or last.isdigit())):
             raise UsageError(f"'{text}' is not a list of ranks", "NICKSIM_DEBUG_RANKS", "all, or e.g. 0,8-15")
-        ranks.update(range(int(first), int(last if dash else first) + 1))
-    return tuple(r for r in sorted(ranks) if r < nranks)
+        ranks.update(range(int(first), min(int(last if dash else first), nranks - 1) + 1))  # only the job's
+    return tuple(sorted(ranks))

@@ -196,3 +196,58 @@ def test_ranks_end_with_their_launcher_when_it_is_killed(wait_s):
     assert time.monotonic() - killed < 2.0
     time.sleep(0.5)
     assert not leaked(before)
+
+
+def test_debug_ranks_name_only_the_jobs_ranks_however_wide_the_range():
+    from nicksim.params import debug_ranks
+    started = time.monotonic()
+    assert debug_ranks(read_params({"NICKSIM_DEBUG_RANKS": "0-99999999999"}), 16) == tuple(range(16))
+    assert debug_ranks(read_params({"NICKSIM_DEBUG_RANKS": "3,40-99999999999"}), 16) == (3,)
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("flags", [["--set", "cta.bw_gbps=inf"], ["--set", "des.max_chunks=nan"]])
+def test_infinite_engine_parameters_are_refused(flags):
+    one_line_exit_2(nicksim("perf", "all_reduce", "-b", "1M", "-e", "1M", "--engine", "des", *flags, timeout=60),
+                    "a finite number")
+
+
+def test_infinite_calibration_values_are_refused(tmp_path):
+    calibration = tmp_path / "cal.toml"
+    calibration.write_text('[set]\n"des.max_chunks" = inf\n')
+    one_line_exit_2(nicksim("perf", "all_reduce", "-b", "1M", "-e", "1M", "--engine", "des", "--calibration",
+                            str(calibration), timeout=60), "cal.toml", "a finite number")
+
+
+@pytest.mark.parametrize("command", [["perf", "all_reduce", "--engine", "des", "--calibration"], ["sweep"],
+                                     ["validate"]])
+def test_files_that_are_not_utf8_are_one_line(command, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xff\xfe[set]\n")
+    one_line_exit_2(nicksim(*command, str(bad), timeout=60), "bad.toml", "not UTF-8")
+
+
+def test_an_output_that_cannot_be_written_is_said_before_the_run():
+    started = time.monotonic()
+    one_line_exit_2(nicksim("run", "all_reduce", "-np", "2", "-b", "1K", "-e", "1K", "-J", "/nonexistent/dir/x.json"),
+                    "/nonexistent/dir", "-J/--json")
+    one_line_exit_2(nicksim("perf", "all_reduce", "--trace", "/nonexistent/t.json", "--engine", "des"), "--trace")
+    assert time.monotonic() - started < 20
+
+
+def test_a_failed_write_leaves_the_previous_file_whole(tmp_path, monkeypatch):
+    target = tmp_path / "out.json"
+    api.write_json(target, {"run": 1})
+    assert json_of(target) == {"run": 1}
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(api.UsageError, match="No space left"):
+        api.write_json(target, {"run": 2, "rows": list(range(1000))})
+    assert json_of(target) == {"run": 1} and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def json_of(path: Path):
+    import json
+    return json.loads(path.read_text())

@@ -302,7 +302,7 @@ KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
        des="whether the hang replay writes nccl_trace_rank_R.json", real=NO_EFFECT),
     _k("NICKSIM_PG_TIMEOUT", 600, "int", "the process group's timeout in seconds (init_process_group(timeout=); "
        "PyTorch's default 600)", nccl=NO_EFFECT, des="the hang replay's watchdog limit, and perf -T's default",
-       real=NO_EFFECT),
+       real=NO_EFFECT, least=1),
     # --- nicksim's own ---
     _k("NICKSIM_COMM_ID", None, "hostport", "the real backend's bootstrap root, host:port (as NCCL_COMM_ID)",
        nccl=NO_EFFECT, real="the root the ranks join"),

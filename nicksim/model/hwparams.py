@@ -46,6 +46,8 @@ described; the DES moves the bytes over the links as changed).
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 
 from ..constants.rules import rules
@@ -140,9 +142,12 @@ SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)  # every name `--set` and `[sweep.set]` 
 
 def check_override(name: str, value: float, where: str = "--set") -> None:
     """A UsageError unless `name` can be set to `value`: a known name, a bandwidth or parameter
-    above 0 (the proxy's post overhead, the plugin's latency and the network step's cost may be 0)."""
+    above 0 (the proxy's post overhead, the plugin's latency and the network step's cost may be 0),
+    and finite."""
     if name not in SET_NAMES:
         raise UsageError(f"unknown engine parameter '{name}'", where, ", ".join(SET_NAMES))
+    if not math.isfinite(value):  # an infinite rate or count has no end to simulate
+        raise UsageError(f"{name}={value:g}", where, "a finite number")
     if name in LINK_KINDS and not value > 0:
         raise UsageError(f"{name}={value:g}", where, "a bandwidth above 0 GB/s")
     if name in PARAM_NAMES and PARAM_NAMES[name] not in _MAY_BE_ZERO and not value > 0:

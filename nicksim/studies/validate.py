@@ -160,6 +160,8 @@ def load_case(path: str | Path) -> Case:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable case file") from None
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8 text", str(path), "a TOML case file (UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"not TOML: {exc}", str(path), "a TOML case file") from None
     where = str(path)
@@ -225,6 +227,8 @@ def read_calibration(path: str | Path) -> dict[str, float]:
         doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable calibration file") from None
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8 text", str(path), "a TOML file with a [set] table (UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"not TOML: {exc}", str(path), "a TOML file with a [set] table") from None
     values = doc.get("set")
