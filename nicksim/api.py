@@ -254,16 +254,23 @@ def nccl_tests_lines(text: str, where: str = "text") -> list:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """`text` written to `path` whole or not at all: into a temporary file beside it, then renamed
-    over it, so a kill or a full disk never leaves the previous file cut short. An unwritable path
-    is a UsageError."""
+    """`text` written to `path` whole or not at all: a regular file (or a new one) is written as a
+    temporary file beside it, then renamed over it, so a kill or a full disk never leaves the
+    previous file cut short; anything else (/dev/stdout, a pipe) is written to as it is. An
+    unwritable path is a UsageError."""
     path = Path(path)
-    part = path.with_name(f".{path.name}.{os.getpid()}.part")
     try:
-        part.write_text(text, encoding="utf-8")
-        os.replace(part, path)
+        if path.exists() and not path.is_file():  # a device or pipe, maybe through a link: never replaced
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
+            return
+        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        try:
+            part.write_text(text, encoding="utf-8")
+            os.replace(part, path)
+        finally:
+            part.unlink(missing_ok=True)
     except OSError as exc:
-        part.unlink(missing_ok=True)
         raise UsageError(f"cannot write: {exc.strerror}", str(path), "a writable file path") from None
 
 
@@ -271,9 +278,13 @@ def check_output(path: str | Path, flag: str) -> None:
     """A UsageError now, before any work, where `path` could not be written later: its folder is
     missing or not writable, or it is a folder itself."""
     path = Path(path)
-    folder = path.resolve().parent
     if path.is_dir():
         raise UsageError("is a folder", str(path), f"a file path for {flag}")
+    if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written to as it is
+        if not os.access(path, os.W_OK):
+            raise UsageError("cannot write to it", str(path), f"a writable file for {flag}")
+        return
+    folder = path.resolve().parent
     if not folder.is_dir():
         raise UsageError(f"no folder {folder}", str(path), f"a file path in an existing folder for {flag}")
     if not os.access(folder, os.W_OK):

@@ -251,3 +251,21 @@ def test_a_failed_write_leaves_the_previous_file_whole(tmp_path, monkeypatch):
 def json_of(path: Path):
     import json
     return json.loads(path.read_text())
+
+
+def test_a_case_with_an_unknown_data_type_is_one_line(tmp_path):
+    case = tmp_path / "case.toml"
+    case.write_text('measured = "x.md"\ncollective = "all_reduce"\ndtype = "Tree/LL"\n[system]\nsystem = "dgx-h100"\n')
+    one_line_exit_2(nicksim("validate", str(case), timeout=60), "case.toml: dtype", "unknown data type 'Tree/LL'")
+
+
+def test_an_output_that_is_a_device_or_a_link_to_one_is_written_to_not_replaced(tmp_path):
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/null")
+    api.check_output(link, "-J")
+    api.write_json(link, {"run": 1})
+    assert link.is_symlink() and os.readlink(link) == "/dev/null"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stdout"]
+    done = nicksim("perf", "all_reduce", "-b", "1M", "-e", "1M", "-J", "/dev/stdout")
+    assert done.returncode == 0 and '"algorithm"' in done.stdout, done.stdout[-300:]
+    assert Path("/dev/stdout").is_symlink()

@@ -38,7 +38,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..calls import collective_name
+from ..calls import collective_name, dtype_name
 from ..engines import canonical_engine, engine_named
 from ..errors import NickSimError, UsageError
 from ..job import SPEC_FIELDS, JobSpec, load_job
@@ -202,9 +202,17 @@ def load_case(path: str | Path) -> Case:
         collective=collective, measured=str((path.parent / measured).resolve()),
         nranks=_typed(doc["nranks"], int, f"{where}: nranks") if "nranks" in doc else None,
         table=_typed(doc.get("table", 1), int, f"{where}: table"),
-        dtype=_typed(doc["dtype"], str, f"{where}: dtype") if "dtype" in doc else None,
+        dtype=_case_dtype(doc["dtype"], f"{where}: dtype") if "dtype" in doc else None,
         in_place=_typed(doc.get("in_place", False), bool, f"{where}: in_place"),
         gap=_typed(doc.get("gap", ""), str, f"{where}: gap"), expect=tuple(sorted(expect)))
+
+
+def _case_dtype(value, where: str) -> str:
+    """A case's data type, as nccl-tests' -d names it."""
+    try:
+        return dtype_name(_typed(value, str, where))
+    except NickSimError as exc:
+        raise UsageError(exc.what, where, exc.valid) from None
 
 
 def find_cases(directory: str | Path) -> list[Case]:
