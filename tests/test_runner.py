@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,13 +39,14 @@ def segments() -> set[str]:
 
 
 def leaked(before: set[str]) -> set[str]:
-    """Segments made since `before` whose job is over: a segment's name starts with its job's tag,
-    rank 0's pid first, so one whose rank 0 is gone was left behind. Another pytest worker's job,
-    still running, owns its own segments and is not counted."""
-    def job_running(name: str) -> bool:
-        pid = name.split("-")[1]
-        return pid.isdigit() and Path(f"/proc/{pid}").exists()
-    return {name for name in segments() - before if not job_running(name)}
+    """Segments of `nicksim run` jobs made since `before` whose job is over. A run's segment names
+    start with its job's tag, rank 0's pid then the bootstrap port (runner.run_rank), so one whose
+    rank 0 is gone was left behind; a job still running in another pytest worker is not counted,
+    nor are the segments other tests name themselves (t<pid>..., g<pid>..., ib<pid>...)."""
+    def over(name: str) -> bool:
+        tag = re.match(r"nicksim-(\d+)-\d+-", name)
+        return tag is not None and not Path(f"/proc/{tag[1]}").exists()
+    return {name for name in segments() - before if over(name)}
 
 
 @pytest.mark.parametrize("collective, nranks, extra", [
