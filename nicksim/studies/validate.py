@@ -153,17 +153,23 @@ def _typed(value, kind: type, where: str):
     return value
 
 
+def _read_toml(path: Path, what: str) -> dict:
+    """The TOML document in `path`, or a UsageError saying why not (unreadable, not UTF-8, not
+    TOML) and that `what` was wanted."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", str(path), f"{what}, readable") from None
+    except UnicodeDecodeError:
+        raise UsageError("not UTF-8 text", str(path), f"{what} (UTF-8)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"not TOML: {exc}", str(path), what) from None
+
+
 def load_case(path: str | Path) -> Case:
     """The case a TOML file states (see the module docstring for its keys)."""
     path = Path(path)
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable case file") from None
-    except UnicodeDecodeError:
-        raise UsageError("not UTF-8 text", str(path), "a TOML case file (UTF-8)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"not TOML: {exc}", str(path), "a TOML case file") from None
+    doc = _read_toml(path, "a TOML case file")
     where = str(path)
     unknown = sorted(set(doc) - _CASE_KEYS)
     if unknown:
@@ -231,14 +237,7 @@ def find_cases(directory: str | Path) -> list[Case]:
 def read_calibration(path: str | Path) -> dict[str, float]:
     """DES parameters from a calibration file: a TOML table `[set]` of `--set` names and values."""
     from ..model.hwparams import check_override
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable calibration file") from None
-    except UnicodeDecodeError:
-        raise UsageError("not UTF-8 text", str(path), "a TOML file with a [set] table (UTF-8)") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"not TOML: {exc}", str(path), "a TOML file with a [set] table") from None
+    doc = _read_toml(Path(path), "a TOML file with a [set] table")
     values = doc.get("set")
     if not isinstance(values, dict):
         raise UsageError("no [set] table", str(path), "[set] with NAME = number lines, as --set takes them")
