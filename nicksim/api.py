@@ -28,6 +28,7 @@ from .calls import COLLECTIVES, Call, call_for_size, collective_name, dtype_name
 from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version
 from .engines import ENGINE_ALIASES, ENGINES, CallResult, Engine, canonical_engine, engine_named
 from .errors import NickSimError, RanksFailed, UsageError
+from .files import read_input
 from .formats.tables import Records
 from .formats.joblog import JobLogger, job_logger, search_lines as _search_lines
 from .formats.report import read_results, results_json, run_header, step_text, table_footer, table_header, \
@@ -337,9 +338,7 @@ def read_grid(path: str | Path) -> list[dict]:
     """The points of a sweep grid file (GRID.toml)."""
     from .studies.sweep import read_grid as parse_grid
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", str(path), "a readable GRID.toml") from None
+        text = read_input(path, "a readable GRID.toml").decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError("not UTF-8 text", str(path), "a GRID.toml (UTF-8)") from None
     return parse_grid(text, str(path))

@@ -175,7 +175,7 @@ class Real(Engine):
         """The checks made before any rank starts: the job fits on this host, the device asked for
         (NICKSIM_DEVICE) is there, and every call's plan is one the backend can run."""
         from .realhw.runner import check_runnable_here  # the real backend loads only when it runs
-        check_runnable_here(job, calls)
+        check_runnable_here(job, calls, self.check)
         return True
 
     def run_many(self, job: Job, calls: Sequence[Call], on_result=None, prepared=None) -> list[CallResult]:

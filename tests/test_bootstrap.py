@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from nicksim.realhw.runner import free_port
 
 # One rank: join, allgather its rank and pid, print what it got; "stall" then waits before a second
@@ -16,9 +18,9 @@ RANK_PROGRAM = r"""
 import json, os, sys, time
 from nicksim.realhw.bootstrap import Bootstrap, BootstrapError
 rank, size, port = (int(a) for a in sys.argv[1:4])
-timeout_s, mode = float(sys.argv[4]), sys.argv[5]
+timeout_s, mode, job = float(sys.argv[4]), sys.argv[5], sys.argv[6]
 try:
-    with Bootstrap.join(rank, size, ("127.0.0.1", port), timeout_s) as boot:
+    with Bootstrap.join(rank, size, ("127.0.0.1", port), timeout_s, job) as boot:
         print(json.dumps(boot.allgather({"rank": rank, "pid": os.getpid()})), flush=True)
         if mode == "stall":
             time.sleep(120)
@@ -31,9 +33,17 @@ except BootstrapError as err:
 GUARD_S = 60  # no run here may take this long; a hang fails the test instead of stalling CI
 
 
-def start(rank: int, size: int, port: int, timeout_s: float = 20, mode: str = "run") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", RANK_PROGRAM, str(rank), str(size), str(port), str(timeout_s), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start(rank: int, size: int, port: int, timeout_s: float = 20, mode: str = "run", job: str = "job-a"
+          ) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", RANK_PROGRAM, str(rank), str(size), str(port), str(timeout_s), mode,
+                             job], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finished_within(procs: list[subprocess.Popen], since: float) -> float:
+    """Seconds from `since` until the last of `procs` ended."""
+    for proc in procs:
+        proc.wait(timeout=GUARD_S)
+    return time.monotonic() - since
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, list[str]]:
@@ -79,7 +89,10 @@ def test_a_killed_rank_is_named_on_every_rank():
     victim = procs[2]
     assert json.loads(victim.stdout.readline())[2]["rank"] == 2  # joined; now waiting to be killed
     victim.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
     victim.wait(timeout=GUARD_S)
+    # A closed connection is known at once: the survivors stop long before their 20 s timeout.
+    assert finished_within(procs[:2], killed) < 2.0
     (code0, lines0), (code1, lines1) = finish(procs[0]), finish(procs[1])
     reason = "rank 2 closed its connection (the process ended or was killed)"
     assert code0 == 2 and lines0[-1] == f"error: bootstrap: {reason}"
@@ -100,11 +113,47 @@ def test_a_killed_root_is_named_by_the_other_ranks():
     root, one = start(0, 2, port, mode="stall"), start(1, 2, port)
     assert len(json.loads(root.stdout.readline())) == 2
     root.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
     root.wait(timeout=GUARD_S)
+    assert finished_within([one], killed) < 2.0
     code, lines = finish(one)
     assert code == 2
-    assert lines[-1] == ("error: bootstrap: rank 1 lost the root (rank 0 ended or was killed) "
-                         "while exchanging with every rank")
+    assert lines[-1] == "error: bootstrap: rank 1 stopped: rank 0 closed its connection (the process ended or was killed)"
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_stopped_rank_is_named_by_every_survivor_within_the_timeout(victim):
+    """SIGSTOP keeps a rank's connection open and silent, as a hung process does: its heartbeats
+    stop, and every other rank names it within the timeout (2 s here) and a second."""
+    port = free_port()
+    procs = [start(r, 3, port, timeout_s=2, mode="stall" if r == victim else "run") for r in range(3)]
+    assert json.loads(procs[victim].stdout.readline())[victim]["rank"] == victim  # joined; stalling
+    procs[victim].send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
+    survivors = [p for r, p in enumerate(procs) if r != victim]
+    try:
+        took = finished_within(survivors, stopped)
+    finally:
+        procs[victim].kill()
+        procs[victim].wait(timeout=GUARD_S)
+    assert took < 2 + 1.0
+    reason = f"rank {victim} sent nothing for 2 s (stopped or hung)"
+    lines = {r: finish(p)[1][-1] for r, p in enumerate(procs) if r != victim}
+    assert lines == {r: f"error: bootstrap: {reason}" if r == 0 else f"error: bootstrap: rank {r} stopped: {reason}"
+                     for r in lines}
+    assert all(p.returncode == 2 for p in survivors)
+
+
+def test_a_rank_of_another_job_is_turned_away_and_the_root_waits_for_its_own():
+    port = free_port()
+    root = start(0, 2, port)
+    stranger = start(1, 2, port, job="job-b")
+    code, lines = finish(stranger)
+    assert code == 2
+    assert lines == [f"error: bootstrap: rank 1 was turned away: the root at 127.0.0.1:{port} belongs to another "
+                     "job (job-a, this rank's is job-b): two jobs were given the same NICKSIM_COMM_ID"]
+    own = start(1, 2, port)
+    assert finish(root)[0] == 0 and finish(own)[0] == 0
 
 
 def test_a_stray_connection_does_not_stop_the_join():

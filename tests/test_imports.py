@@ -9,7 +9,7 @@ DASHBOARD = PACKAGE / "dashboard"
 
 # The core's stages in pipeline order; each may import itself, the ones before it and BASE.
 STAGES = ("constants", "topology", "graph", "tuning", "plan")
-BASE = {"errors", "params", "calls"}
+BASE = {"errors", "params", "calls", "files"}
 CORE = set(STAGES) | BASE | {"job"}
 ENGINES = {"model", "realhw"}
 FORMATS = {"formats"}

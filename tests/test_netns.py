@@ -94,21 +94,19 @@ def test_a_socket_interface_that_does_not_exist_is_named(two_hosts):
 
 
 def test_a_rank_that_hangs_on_the_other_host_is_named_by_its_peer(two_hosts):
-    """SIGSTOP keeps rank 1's sockets open, as a hung process does: rank 0 sees no step arrive
-    over the socket and names the stream and the rank it waits on after NICKSIM_TIMEOUT."""
+    """SIGSTOP keeps rank 1's sockets open, as a hung process does: its bootstrap heartbeats stop,
+    and rank 0 names it within NICKSIM_TIMEOUT and a second, wherever it was."""
     procs = start(two_hosts, 1, ["all_reduce", "-b", "8M", "-e", "8M", "-n", "100000"], NICKSIM_TIMEOUT="3")
     assert procs[0].stdout.readline().startswith("# nicksim run all_reduce: 2 ranks on 2 hosts")
     time.sleep(1.5)  # past the plan's agreement and the connections, as a rule: into the iterations
     procs[1].send_signal(signal.SIGSTOP)
+    stopped = time.monotonic()
     try:
         _, err = procs[0].communicate(timeout=GUARD_S)
+        took = time.monotonic() - stopped
     finally:
         procs[1].kill()
         procs[1].wait(timeout=GUARD_S)
     assert procs[0].returncode == 2, err
-    line = err.strip().splitlines()[-1]
-    if line.startswith("nicksim: error: run:"):  # stopped mid-collective: the stream and the peer, then the bootstrap
-        assert line.startswith("nicksim: error: run: rank 0 moved nothing for 3 s: channel "), line
-        assert "waiting for rank 1 to" in line and line.endswith("; and rank 1 sent nothing for 3 s (hung, not ended)")
-    else:  # stopped while the ranks still agreed on the plan or connected
-        assert line == "nicksim: error: bootstrap: rank 1 sent nothing for 3 s"
+    assert err.strip().splitlines()[-1] == "nicksim: error: bootstrap: rank 1 sent nothing for 3 s (stopped or hung)"
+    assert took < 3 + 1.0

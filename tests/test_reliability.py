@@ -3,6 +3,7 @@ a failed check fails the run; a call the ranks disagree on is refused, not answe
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -152,6 +153,35 @@ def test_a_failed_check_fails_the_run(monkeypatch):
     assert wrong.status == 1 and "FAILED" in "\n".join(lines)
 
 
+def test_sizes_beyond_the_hosts_memory_are_reduced_as_nccl_tests_reduces_them(monkeypatch):
+    """`nicksim run -b 1T -e 1T` on a host with 2 GiB + 8 MiB available: nccl-tests' reserve (1 GiB
+    per 16 GiB, and 1 GiB) leaves 8 MiB, a send and a receive buffer of 4 MiB on one rank."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(runner, "available_nbytes", lambda: (2 << 30) + (8 << 20))
+    params = read_params({"NICKSIM_COMM_ID": f"127.0.0.1:{free_port()}"})
+    options = RunOptions("all_reduce", (1 << 40,), "float", "sum", 0, 1, 0, 0, str(api.DEFAULT_NCCL_VERSION), False)
+    lines: list[str] = []
+    done = runner.run_command(options, params, None, [], "# header", lines.append)
+    assert done.status == 0
+    assert lines[lines.index("# header") + 1:lines.index("# header") + 3] == [
+        "#", "# Reducing maxBytes to 4194304 due to memory limitation"]
+    assert [row.nbytes for row in done.rows] == [4 << 20]
+
+
+def test_the_fitting_size_is_the_largest_whose_buffers_fit():
+    options = RunOptions("all_gather", (1 << 40,), "half", "sum", 0, 1, 0, 1, str(api.DEFAULT_NCCL_VERSION), False)
+    most = runner.fitting_max_nbytes(options, 4, 100 << 20)
+    fits = lambda size: runner.rank_nbytes(runner.call_for_size("all_gather", size, "half", "sum", 0, 4), 1)
+    assert fits(most) <= 100 << 20 < fits(most + 64)
+
+
+def test_the_real_engine_refuses_sizes_beyond_the_hosts_memory_before_any_rank_starts():
+    one_line_exit_2(nicksim("perf", "all_reduce", "-b", "1T", "-e", "1T", "--engine", "real"),
+                    "--engine real: a 1099511627776-byte all_reduce needs", "valid: sizes up to")
+
+
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -195,6 +225,57 @@ def test_ranks_end_with_their_launcher_when_it_is_killed(wait_s):
     assert not any(_running(r) for r in ranks)
     assert time.monotonic() - killed < 2.0
     time.sleep(0.5)
+    assert not leaked(before)
+
+
+def _ranks_of(launcher: subprocess.Popen, nranks: int) -> dict[int, int]:
+    """rank -> pid of the ranks a `nicksim run` launcher started (RANK in each one's environment)."""
+    deadline = time.monotonic() + GUARD_S
+    while time.monotonic() < deadline:
+        ranks = {}
+        for pid in _children(launcher.pid):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            ranks.update({int(v[5:]): pid for v in env if v.startswith(b"RANK=")})
+        if len(ranks) == nranks:
+            return ranks
+        time.sleep(0.05)
+    raise AssertionError(f"{nranks} ranks never started")
+
+
+@pytest.mark.parametrize("how, victim, timeout_s, within_s", [
+    (signal.SIGKILL, 1, 60, 2.0),  # a closed connection is evidence at once, whatever the timeout
+    (signal.SIGKILL, 0, 60, 2.0),
+    (signal.SIGSTOP, 1, 3, 3 + 1.0),  # a silent rank: within NICKSIM_TIMEOUT and a second
+    (signal.SIGSTOP, 0, 3, 3 + 1.0),
+])
+def test_a_killed_or_stopped_rank_is_named_by_every_survivor_in_time_and_nothing_is_left(how, victim, timeout_s,
+                                                                                      within_s):
+    from test_runner import leaked, segments
+    before = segments()
+    launcher = subprocess.Popen([sys.executable, "-m", "nicksim", "run", "all_reduce", "-np", "3", "-n", "100000",
+                                 "-b", "1M", "-e", "1M"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=dict(os.environ, NICKSIM_TIMEOUT=str(timeout_s)))
+    assert launcher.stdout.readline().startswith("# nicksim run all_reduce: 3 ranks")
+    ranks = _ranks_of(launcher, 3)
+    time.sleep(1.0)  # into the timed iterations
+    os.kill(ranks[victim], how)
+    hit = time.monotonic()
+    survivors = [pid for rank, pid in ranks.items() if rank != victim]
+    while any(_running(pid) for pid in survivors) and time.monotonic() - hit < GUARD_S:
+        time.sleep(0.02)
+    took = time.monotonic() - hit
+    _, err = launcher.communicate(timeout=GUARD_S)
+    assert took < within_s, err
+    culprit = f"rank {victim} closed its connection (the process ended or was killed)" if how == signal.SIGKILL \
+        else f"rank {victim} sent nothing for {timeout_s} s (stopped or hung)"
+    want = {f"nicksim: error: bootstrap: {culprit}" if rank == 0 else
+            f"nicksim: error: bootstrap: rank {rank} stopped: {culprit}" for rank in ranks if rank != victim}
+    assert set(err.strip().splitlines()) == want, err
+    assert launcher.returncode != 0
+    assert not any(_running(pid) for pid in ranks.values())  # the stopped rank too: the launcher ended it
     assert not leaked(before)
 
 
@@ -269,3 +350,38 @@ def test_an_output_that_is_a_device_or_a_link_to_one_is_written_to_not_replaced(
     done = nicksim("perf", "all_reduce", "-b", "1M", "-e", "1M", "-J", "/dev/stdout")
     assert done.returncode == 0 and '"algorithm"' in done.stdout, done.stdout[-300:]
     assert Path("/dev/stdout").is_symlink()
+
+
+@pytest.mark.parametrize("command", [
+    ["hang", "diagnose"], ["topo"], ["sweep"], ["validate"],
+    ["perf", "all_reduce", "-b", "1M", "-e", "1M", "--engine", "des", "--calibration"],
+    ["perf", "all_reduce", "-b", "1M", "-e", "1M", "--compare"],
+])
+def test_a_named_pipe_with_no_writer_is_read_as_empty_not_waited_on(command, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = nicksim(*command, str(fifo), timeout=60)
+    assert "Traceback" not in done.stderr
+    if command[:2] == ["hang", "diagnose"]:  # an empty log: nothing to diagnose, said as such
+        assert done.returncode == 0 and "category: unknown" in done.stdout
+    else:
+        one_line_exit_2(done, str(fifo))
+
+
+def test_a_pipe_with_a_writer_is_read_whole(tmp_path):
+    log = "a line a writer sent\n" * 3
+    done = subprocess.run([sys.executable, "-m", "nicksim", "hang", "diagnose", "/dev/stdin"], cwd=REPO, input=log,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "found in 1 file(s) (3 lines)" in done.stdout, done.stdout
+
+
+def test_a_topology_with_more_nodes_of_a_kind_than_nccl_holds_is_refused_at_once(tmp_path):
+    gpu = ('<pci busid="0000:{b:02x}:{d:02x}.0" class="0x030200" vendor="0x10de" device="0x2330" '
+           'link_speed="32.0 GT/s PCIe" link_width="16"><gpu dev="{i}" sm="90" rank="{i}" gdr="1"/></pci>')
+    gpus = "".join(gpu.format(b=i // 32, d=i % 32, i=i) for i in range(700))
+    path = tmp_path / "big.xml"
+    path.write_text(f'<system version="1"><cpu numaid="0" affinity="ff" arch="x86_64" vendor="GenuineIntel" '
+                    f'familyid="6" modelid="143">{gpus}</cpu></system>')
+    start = time.monotonic()
+    one_line_exit_2(nicksim("topo", str(path)), "700 <gpu> elements: NCCL 2.30 creates at most 640 nodes of a kind")
+    assert time.monotonic() - start < 30  # refused before the work that grows as the cube of the count

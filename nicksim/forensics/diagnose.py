@@ -119,7 +119,8 @@ def _behind(ev: Evidence) -> Diagnosis | None:
         if not by_seq:
             continue
         top = max(by_seq)
-        behind = sorted(r for r, w in ev.work.items() if w.get("pg") == pg and w.get("enqueued") < top)
+        behind = sorted(r for r, w in ev.work.items()
+                        if w.get("pg") == pg and isinstance(w.get("enqueued"), int) and w.get("enqueued") < top)
         behind += sorted(r for seq, calls in by_seq.items() if seq < top for rs in calls.values() for r in rs
                          if r not in behind)
         if behind:

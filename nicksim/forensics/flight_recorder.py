@@ -29,8 +29,9 @@ def read_flight_recorder(stream, path: Path) -> dict | None:
     """The file's Flight Recorder dump (PyTorch's pickle, or its JSON form), or None where the
     file is something else (or a dump too damaged to read: its lines are read instead)."""
     head = stream.read(1)
+    nbytes = stream.seek(0, 2)
     stream.seek(0)
-    if head not in (b"\x80", b"{") or path.stat().st_size > _FR_MAX_NBYTES:
+    if head not in (b"\x80", b"{") or nbytes > _FR_MAX_NBYTES:
         return None
     try:  # a pickle is read from the stream as far as it makes sense; JSON whole (it is at most the cap)
         dump = _PlainUnpickler(stream).load() if head == b"\x80" else json.load(stream)

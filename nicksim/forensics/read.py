@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import UsageError
+from ..files import open_input
 from ..formats.logs import parse_line
 from .evidence import Event, Evidence
 from .flight_recorder import rank_in_name, read_flight_recorder
@@ -144,13 +145,35 @@ def _op_name(profiling_name) -> str:
 
 def _numel(sizes) -> int | None:
     """Elements of the first tensor of a Flight Recorder size list ([[3, 4]] -> 12)."""
-    try:
-        total = 1
-        for dim in sizes[0]:
-            total *= int(dim)
-        return total
-    except (TypeError, ValueError, IndexError):
+    if not isinstance(sizes, list) or not sizes or not isinstance(sizes[0], list):
         return None
+    total = 1
+    for dim in sizes[0]:
+        count = _whole(dim)
+        if count is None:
+            return None
+        total *= count
+    return total
+
+
+def _whole(value) -> int | None:
+    """A count or sequence number as a dump holds it (an int, or in PyTorch's JSON form a string of
+    digits); None for anything else, so a damaged field is missing rather than wrong."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _table(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value) -> list:
+    return value if isinstance(value, list) else []
 
 
 def _rank_of(text: str) -> int | None:
@@ -301,23 +324,27 @@ class _Collector:
     def ras_json(self, name: str, doc: dict) -> None:
         """ncclras -f json (2.28.7+): per communicator, each rank's collective counts and the ranks
         missing from it (unresponsive or dead)."""
-        for comm in doc.get("communicators") or []:
+        for comm in _items(doc.get("communicators")):
             if not isinstance(comm, dict):
                 continue
             totals: dict[int, list[int]] = {}
-            for rank in comm.get("ranks") or []:
-                counts = rank.get("collective_counts") or {} if isinstance(rank, dict) else {}
-                total = sum(v for v in counts.values() if isinstance(v, int))
-                totals.setdefault(total, []).append(rank.get("rank"))
+            for rank in _items(comm.get("ranks")):
+                number = _whole(_table(rank).get("rank"))
+                if number is None:
+                    continue  # a rank entry that names no rank says nothing about anyone
+                counts = _table(rank.get("collective_counts"))
+                total = sum(v for v in (_whole(c) for c in counts.values()) if v is not None)
+                totals.setdefault(total, []).append(number)
             for index, (total, ranks) in enumerate(sorted(totals.items())):
                 event = Event("ras", name, index + 1, f"communicator {comm.get('hash')}: {len(ranks)} rank(s) launched "
                               f"{total} collective(s): {', '.join(str(r) for r in ranks[:16])}", None,
                               (("count", len(ranks)), ("launched", total)))
                 self.keep(event)
                 self.ras_groups.append([total, len(ranks), list(ranks), event])
-            missing = [m.get("rank") for m in comm.get("missing_ranks") or [] if isinstance(m, dict)]
+            missing = [m for m in (_whole(_table(m).get("rank")) for m in _items(comm.get("missing_ranks")))
+                       if m is not None]
             if missing:
-                self.ras_missing |= {m for m in missing if isinstance(m, int)}
+                self.ras_missing |= set(missing)
                 self.keep(Event("ras", name, 0, f"communicator {comm.get('hash')}: missing rank(s) "
                                 f"{', '.join(str(m) for m in missing)}", None, (("missing", tuple(missing)),)))
         self.lines += 1
@@ -326,20 +353,22 @@ class _Collector:
         """A rank's Flight Recorder dump: per process group, the first collective not completed
         is where the rank stands ("scheduled": enqueued, never started on the GPU; "started":
         running); a rank whose collectives all completed stands after its last one."""
-        rank = dump.get("rank", rank_from_name)
-        if not isinstance(rank, int):
+        rank = _whole(dump.get("rank", rank_from_name))
+        if rank is None:
             self.keep(Event("flight_recorder", name, 0, "a Flight Recorder dump that names no rank"))
             return
-        entries = [e for e in dump["entries"] if isinstance(e, dict) and not e.get("is_p2p")]
+        # An entry without a whole sequence number cannot be placed against the others': left out.
+        entries = [e for e in _items(dump.get("entries")) if isinstance(e, dict) and e.get("is_p2p") is not True
+                   and _whole(e.get("collective_seq_id")) is not None]
         self.lines += len(entries)
         standing = None
         for number, entry in enumerate(entries, 1):
             pg_name = _pg(entry.get("process_group") or entry.get("pg_id"))
             sizes = entry.get("input_sizes") or [[]]
             out_sizes = entry.get("output_sizes") or [[]]
-            fields = (("seq", entry.get("collective_seq_id")), ("op", _op_name(entry.get("profiling_name"))),
+            fields = (("seq", _whole(entry.get("collective_seq_id"))), ("op", _op_name(entry.get("profiling_name"))),
                       ("numel_in", _numel(sizes)), ("numel_out", _numel(out_sizes)),
-                      ("timeout_ms", entry.get("timeout_ms")), ("ran_ms", None), ("pg", pg_name),
+                      ("timeout_ms", _whole(entry.get("timeout_ms"))), ("ran_ms", None), ("pg", pg_name),
                       ("state", entry.get("state")))
             text = (f"{entry.get('profiling_name')} collective_seq_id {entry.get('collective_seq_id')} "
                     f"process_group {pg_name} input_sizes {sizes} state {entry.get('state')}")
@@ -350,13 +379,13 @@ class _Collector:
         if not entries:
             return
         self.keep(standing or last)
-        status = (dump.get("pg_status") or {}).get(str(entries[-1].get("pg_id")), {})
+        status = _table(_table(dump.get("pg_status")).get(str(entries[-1].get("pg_id"))))
         if standing is not None and self.timed_section is None:
             self.timed_section = self.section
         if standing is not None:
             self.timeouts.setdefault(rank, standing)
-        enqueued = status.get("last_enqueued_collective", last.get("seq"))
-        completed = status.get("last_completed_collective", last.get("seq") if standing is None else -1)
+        enqueued = _whole(status.get("last_enqueued_collective", last.get("seq")))
+        completed = _whole(status.get("last_completed_collective", last.get("seq") if standing is None else -1))
         work = Event("work", name, last.line, f"{last.text}; last enqueued collective {enqueued}, last completed "
                      f"{completed}", rank, (("seq", (standing or last).get("seq")), ("enqueued", enqueued),
                                            ("completed", completed), ("pg", last.get("pg")), ("entry", True)))
@@ -378,7 +407,7 @@ def read_evidence(paths: Iterable[str | Path]) -> Evidence:
         path = Path(path)
         names.append(path.name)
         try:
-            with open(path, "rb") as stream:
+            with open_input(path, "log files (NCCL_DEBUG output, watchdog lines, nccl-tests output)") as stream:
                 dump = read_flight_recorder(stream, path)
                 if dump is not None and "communicators" in dump:
                     collector.ras_json(path.name, dump)

@@ -1205,13 +1205,13 @@ def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
 
 
 def _read_graph_file(path: str):
-    from pathlib import Path as _Path
-    from ..errors import TopologyError
+    from ..errors import TopologyError, UsageError
+    from ..files import read_input
     from ..topology.xml import parse_graph_xml
     try:
-        data = _Path(path).read_bytes()
-    except OSError as exc:
-        raise TopologyError(f"cannot read: {exc.strerror}", path, "an NCCL graph XML (NCCL_GRAPH_FILE)") from None
+        data = read_input(path, "an NCCL graph XML (NCCL_GRAPH_FILE)")
+    except UsageError as err:
+        raise TopologyError(err.what, err.where, err.valid) from None
     return parse_graph_xml(data, path)
 
 

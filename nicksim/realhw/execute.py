@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -254,11 +255,12 @@ class _P2pBuffers(_Buffers):
 
 def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, links: dict[tuple, ShmRing],
                  sendbuf: np.ndarray, recvbuf: np.ndarray, timeout_s: float,
-                 spans: list | None = None, ops: HostOps = HOST_OPS) -> None:
+                 spans: list | None = None, ops: HostOps = HOST_OPS, alive: Callable[[], None] | None = None) -> None:
     """Run `rank`'s programs for `call` to the end (see the module's docstring), the arithmetic
     done by `ops` (numpy here; CuPy kernels over device buffers and rings: cuda_ipc.py). Where
     `spans` is a list, each pass over slots appends (channel, stream, primitive, recv_from,
-    send_to, first step, steps, start, end), times from time.perf_counter in seconds."""
+    send_to, first step, steps, start, end), times from time.perf_counter in seconds. While it
+    waits on its peers it calls `alive()`, which raises where the job has lost a rank."""
     if call.info.p2p:  # moved as bytes, reduced never
         dtype, op, reducing, bufs = "uint8", "sum", False, _P2pBuffers(call, sendbuf, recvbuf)
     else:
@@ -306,6 +308,8 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
                 os.sched_yield()
             else:
                 time.sleep(1e-4)
+            if alive is not None and idle_rounds % 256 == 0:
+                alive()
 
 
 def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[ShmRing], sends: list[ShmRing],

@@ -5,6 +5,8 @@ in that order (the most specific first: mpirun inside a Slurm allocation still s
 returns None where no launcher started the process (`nicksim run` then spawns its own ranks).
 `root_address(params, environ)` is the bootstrap root: NICKSIM_COMM_ID=host:port, as NCCL_COMM_ID,
 else torchrun's MASTER_ADDR and MASTER_PORT. A malformed value raises UsageError naming the variable.
+`job_identity(environ)` names the job a rank belongs to, from its launcher's job or run id, so
+that the bootstrap turns away a rank of another job given the same root address.
 `watch_parent()` ends a rank (as Ctrl-C would) once the process that started it is gone;
 `exit_with_parent()` gives Popen a function that arms the same in a child before it runs anything.
 """
@@ -22,8 +24,8 @@ from typing import Mapping
 from ..errors import UsageError
 from ..params import Params
 
-__all__ = ["RankEnv", "LAUNCHERS", "rank_env", "root_address", "parse_host_port", "watch_parent",
-           "exit_with_parent"]
+__all__ = ["RankEnv", "LAUNCHERS", "RUN_ID", "JOB_IDS", "rank_env", "root_address", "parse_host_port",
+           "job_identity", "watch_parent", "exit_with_parent"]
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -77,6 +79,27 @@ LAUNCHERS = (
     ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
     ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
 )
+
+
+RUN_ID = "TORCHELASTIC_RUN_ID"  # torchrun's --rdzv-id; `nicksim run` sets its own for the ranks it starts
+
+# The variables that name a job, per launcher: every rank of one job sees the same values.
+JOB_IDS = (
+    ("torchrun", (RUN_ID,)),
+    ("slurm", ("SLURM_JOB_ID", "SLURM_STEP_ID")),
+    ("openmpi", ("OMPI_MCA_ess_base_jobid",)),
+    ("pmix", ("PMIX_NAMESPACE",)),
+)
+
+
+def job_identity(environ: Mapping[str, str]) -> str:
+    """The job this process belongs to, as its launcher names it ("" where none does: such a job
+    joins any root; torchrun's default run id "none" names nothing)."""
+    for launcher, names in JOB_IDS:
+        values = [environ.get(name, "") for name in names]
+        if values[0] and values[0] != "none":
+            return f"{launcher} " + ".".join(v for v in values if v)
+    return ""
 
 
 def _int_var(environ: Mapping[str, str], name: str, launcher: str) -> int:

@@ -1,6 +1,6 @@
 """`nicksim run`: a collective run for real by N ranks on one host or several, reported as nccl-tests does.
 
-`spawn(argv, nranks, timeout_s)` starts the ranks itself when no launcher did: each a process
+`spawn(argv, nranks, environ)` starts the ranks itself when no launcher did: each a process
 running the same command with torchrun's variables and NICKSIM_COMM_ID set, so every rank joins
 the way it would under a launcher; it waits for them, stops the rest when one fails, and returns
 the worst exit status. `run_rank(...)` is one rank's work: join the others (bootstrap.py), group
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -40,11 +41,11 @@ from ..params import Params
 from ..plan.build import call_plan, job_programs
 from ..formats.report import ResultRow, format_row, measurement, table_footer, table_header
 from .agree import check_same_plan, plan_fingerprint
-from .bootstrap import Bootstrap, BootstrapError
+from .bootstrap import Bootstrap
 from .execute import HOST_OPS, ExecuteError, check_runnable, open_links, run_programs
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .cuda_kernels import GpuUnavailable, gpu_unavailable
-from .launch import LAUNCHERS, RankEnv, exit_with_parent, rank_env, root_address, watch_parent
+from .launch import LAUNCHERS, RUN_ID, RankEnv, exit_with_parent, job_identity, rank_env, root_address, watch_parent
 from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
 from .net_ib import IbNet, ib_net
 from .verbs import VerbsError, VerbsUnavailable, verbs_unavailable
@@ -52,6 +53,7 @@ from .shm import NCCL_STEPS, ShmTimeoutError
 
 __all__ = ["HOST_SYSTEM", "MAX_RANKS_PER_HOST", "MAX_SPAWNED_RANKS", "RunDone", "run_command", "run_job",
            "spawned_layout", "unused_here", "check_runnable_here", "plan_rank", "run_device", "slot_nbytes",
+           "available_nbytes", "usable_nbytes", "rank_nbytes", "fitting_max_nbytes",
            "free_port", "spawn", "RunOptions", "run_rank", "host_id", "node_layout", "rank_input", "expected_output",
            "count_wrong"]
 
@@ -66,25 +68,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def spawn(command: Sequence[str], nranks: int, environ: Mapping[str, str], timeout_s: float,
+# After one rank failed, how long the others have to stop and clean up before they are killed
+# (a stopped or hung rank never will; the others know within a second through the bootstrap).
+_STRAGGLER_S = 5.0
+
+
+def spawn(command: Sequence[str], nranks: int, environ: Mapping[str, str],
           poll: Callable[[], None] | None = None) -> int:
-    """Run `python COMMAND` as `nranks` ranks on this host, each with torchrun's variables and
-    NICKSIM_COMM_ID set so that it joins as under a launcher; `poll()` is called while they run.
-    The worst exit status of them."""
+    """Run `python COMMAND` as `nranks` ranks on this host, each with torchrun's variables (a run
+    id of its own among them) and NICKSIM_COMM_ID set so that it joins as under a launcher;
+    `poll()` is called while they run. Once one rank fails, the others have _STRAGGLER_S to stop
+    before they are killed. The worst exit status of them."""
     root = f"127.0.0.1:{free_port()}"
+    run_id = f"nicksim-{os.getpid()}-{secrets.token_hex(6)}"  # the job's identity in the bootstrap hello
     procs = []
     arm = exit_with_parent()  # the ranks end with this process, however it ends
     for rank in range(nranks):
-        env = dict(environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank), NICKSIM_COMM_ID=root)
+        env = dict(environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank), NICKSIM_COMM_ID=root,
+                   **{RUN_ID: run_id})
         # Every rank prints its own NCCL_DEBUG lines (to the shared stdout, as under mpirun) and its errors.
         procs.append(subprocess.Popen([sys.executable, *command], env=env, preexec_fn=arm))
     try:
         worst, failed_at = 0, None
-        while any(p.poll() is None for p in procs):
+        while [p.poll() for p in procs].count(None):  # every rank polled: a stopped rank 0 hides none
             codes = [p.returncode for p in procs if p.returncode is not None]
             if any(codes) and failed_at is None:
-                failed_at = time.monotonic()  # the others learn through the bootstrap; give them the timeout
-            if failed_at is not None and time.monotonic() - failed_at > timeout_s + 5:
+                failed_at = time.monotonic()  # the others learn through the bootstrap within a second
+            if failed_at is not None and time.monotonic() - failed_at > _STRAGGLER_S:
                 for p in procs:
                     if p.poll() is None:
                         p.kill()
@@ -199,16 +209,19 @@ def _exchange(boot: Bootstrap, item) -> list:
     return items
 
 
+# After a data-path error, how long to wait for the bootstrap to name a lost rank: a closed
+# connection is known within milliseconds, a silent rank within the timeout the data path shares.
+_LOST_WAIT_S = 1.0
+
+
 def _report_stuck(boot: Bootstrap, err: NickSimError) -> NoReturn:
-    """Stop every rank with this rank's reason for stopping (a peer that died or fell silent on
-    its connection); it always raises. A peer silent on the bootstrap too has hung rather than
-    died: say both."""
-    try:
-        _exchange(boot, {"stuck": err.line()})
-    except BootstrapError as lost:
-        if not lost.silent:
-            raise  # a rank whose process ended: the bootstrap's line says which
-        raise ExecuteError(f"{err.line()}; and {lost.what} (hung, not ended)") from None
+    """Stop every rank with the reason this rank stopped moving; it always raises. Where the
+    bootstrap knows (or learns within _LOST_WAIT_S) that a rank ended or fell silent, its reason,
+    which every survivor shares; else this rank's own, which the others get from the exchange."""
+    if boot.wait_lost(_LOST_WAIT_S) is not None:
+        boot.check()
+    _exchange(boot, {"stuck": err.line()})
+    raise err  # not reached: the exchange raises with the stuck rank's reason
 
 
 def slot_nbytes(job, plan) -> dict[str, int]:
@@ -237,7 +250,8 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
         if on_call is not None:
             on_call(in_place)
         try:
-            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, timeout_s, ops=ops)
+            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, timeout_s, ops=ops,
+                         alive=boot.check)
         except (ExecuteError, ShmTimeoutError, NetError) as err:
             # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
             # that died (its connection closed) or hangs (it sends nothing).
@@ -315,7 +329,7 @@ def _traced(boot: Bootstrap, call: Call, programs, links, timeout_s: float, gpu=
     start = time.perf_counter()
     try:
         run_programs(call, programs, boot.rank, links, send, recv, timeout_s, mine,
-                     gpu.ops if gpu is not None else HOST_OPS)
+                     gpu.ops if gpu is not None else HOST_OPS, boot.check)
     except (ExecuteError, ShmTimeoutError, NetError) as err:
         _report_stuck(boot, err)
     ours = [[channel, stream, op, round((t0 - start) * 1e6, 3), round((t1 - start) * 1e6, 3),
@@ -410,16 +424,78 @@ def _check_root(options: RunOptions, nranks: int) -> None:
         raise UsageError(f"root {options.root} is not a rank of this job", "-r", f"0..{nranks - 1}")
 
 
+_GIB = 1 << 30
+
+
+def available_nbytes() -> int:
+    """The memory this host can give now (MemAvailable), else all of it."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def usable_nbytes(available: int) -> int:
+    """What a host's ranks may take of `available` bytes: nccl-tests (src/common.cu, 2.13+)
+    reserves 1 GiB per 16 GiB (at most 4 GiB) and 1 GiB more for the rest of the process."""
+    reserve = min(-(-available // (16 * _GIB)) * _GIB, 4 * _GIB) + _GIB
+    return max(0, available - reserve)
+
+
+def rank_nbytes(call: Call, check: int) -> int:
+    """The memory a rank's buffers for `call` take at once: send and receive; with the check,
+    every rank's input and the expected output besides (nccl-tests' `expected` buffer)."""
+    elem = np.dtype(storage_dtype(call.dtype)).itemsize
+    buffers = (call.send_count + call.recv_count) * elem
+    return buffers + ((call.nranks + 2) * max(call.send_count, call.recv_count) * elem if check else 0)
+
+
+def fitting_max_nbytes(options: RunOptions, nranks: int, rank_budget: int) -> int:
+    """The largest nccl-tests size (at most options' largest) whose buffers fit in `rank_budget`
+    bytes per rank; 0 where none does."""
+    def fits(size: int) -> bool:
+        call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, nranks)
+        return rank_nbytes(call, options.check) <= rank_budget
+    lo, hi = 0, max(options.sizes)
+    if fits(hi):
+        return hi
+    while lo < hi:  # the buffers grow with the size: the last size that fits
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    elem = np.dtype(storage_dtype(options.dtype)).itemsize
+    return lo - lo % elem
+
+
+def _sizes_that_fit(boot: Bootstrap, options: RunOptions, nodes: tuple[int, ...]) -> tuple[tuple[int, ...], int | None]:
+    """The sizes the ranks run: every rank's share of its host's memory is exchanged and the
+    smallest bounds the largest size, as nccl-tests reduces maxBytes "due to memory limitation"
+    (and the smallest with it); the new largest size where it was reduced, else None."""
+    on_host = nodes.count(nodes[boot.rank])
+    budget = min(_exchange(boot, usable_nbytes(available_nbytes()) // on_host))
+    most = fitting_max_nbytes(options, boot.size, budget)
+    if most >= max(options.sizes):
+        return options.sizes, None
+    if most <= 0:
+        raise UsageError(f"no size fits: {budget} bytes of this host's memory per rank", "nicksim run",
+                         "a host with more memory, or fewer ranks per host")
+    return tuple(s for s in options.sizes if s <= most) or (most,), most
+
+
 def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: Params,
              on_joined=None, on_row=None, on_trace=None) -> list[ResultRow]:
-    """One rank's run (see the module docstring); rank 0 calls `on_joined(layout)` once every rank
-    has joined, with a phrase saying where they run, `on_row(row)` as each size completes and,
+    """One rank's run (see the module docstring); rank 0 calls `on_joined(layout, reduced)` once
+    every rank has joined, with a phrase saying where they run and the largest size where memory
+    made it smaller than asked (else None), `on_row(row)` as each size completes and,
     with options.trace, `on_trace(row, spans)` for the largest size, and returns the rows; the
     others return []."""
     timeout_s = float(params.get("NICKSIM_TIMEOUT"))
     _check_root(options, env.size)
     watch_parent()  # a rank ends with its launcher
-    with Bootstrap.join(env.rank, env.size, root, timeout_s) as boot:
+    with Bootstrap.join(env.rank, env.size, root, timeout_s, job_identity(os.environ)) as boot:
         nodes = node_layout(_exchange(boot, host_id(params)))
         nnodes = len(set(nodes))
         job = _job_for(options, env.size, nnodes, params)
@@ -433,14 +509,15 @@ def run_rank(env: RankEnv, root: tuple[str, int], options: RunOptions, params: P
         try:
             # Segment names must match on every rank: rank 0's process and port name the job.
             job_tag = _exchange(boot, f"{os.getpid()}-{root[1]}" if env.rank == 0 else None)[0]
+            where = _layout_text(env.size, nnodes, ifname, net, gpu)
+            sizes, reduced = _sizes_that_fit(boot, options, nodes)
             if env.rank == 0 and on_joined is not None:
-                where = _layout_text(env.size, nnodes, ifname, net, gpu)
                 on_joined(where if options.job_spec is None else f"the plans of {job.system_name} ({job.nranks} ranks, "
-                          f"{job.nodes} node(s)) run by {where}")
+                          f"{job.nodes} node(s)) run by {where}", reduced)
             rows = []
-            for size in options.sizes:
+            for size in sizes:
                 call = call_for_size(options.collective, size, options.dtype, options.redop, options.root, env.size)
-                traced = options.trace and size == options.sizes[-1]
+                traced = options.trace and size == sizes[-1]
                 row, spans = _one_size(boot, job, call, f"{job_tag}-{len(rows)}", options, timeout_s, net, traced,
                                        gpu, logger)
                 rows.append(row)
@@ -551,13 +628,22 @@ def _rows_as_calls(job, calls: Sequence[Call]) -> tuple[int, ...]:
     return sizes
 
 
-def check_runnable_here(job, calls: Sequence[Call]) -> None:
+def check_runnable_here(job, calls: Sequence[Call], check: int = 1) -> None:
     """Raise UsageError where `job`'s `calls` cannot run here: more ranks than processes this host
-    takes, NICKSIM_DEVICE=gpu without a GPU, or a plan the backend cannot run (every rank would
-    stop with the same line)."""
+    takes, buffers larger than its memory, NICKSIM_DEVICE=gpu without a GPU, or a plan the backend
+    cannot run (every rank would stop with the same line)."""
     if job.nranks > MAX_SPAWNED_RANKS:
         raise UsageError(f"the job has {job.nranks} ranks, each a process on this host", "--engine real",
                          f"a job of at most {MAX_SPAWNED_RANKS} ranks (--nodes, --gpus-per-node)")
+    budget = usable_nbytes(available_nbytes()) // job.nranks
+    too_big = [call for call in calls if rank_nbytes(call, check) > budget]
+    if too_big:
+        first = too_big[0]
+        options = RunOptions(first.collective, tuple(c.nbytes for c in calls), first.dtype, first.redop,
+                             max(first.root, 0), 1, 0, check, job.spec.nccl_version)
+        raise UsageError(f"a {first.nbytes}-byte {first.collective} needs {rank_nbytes(first, check)} bytes per rank "
+                         f"and this host has {budget} for each of {job.nranks} ranks", "--engine real",
+                         f"sizes up to {fitting_max_nbytes(options, job.nranks, budget)} bytes (-e)")
     run_device(job.params)
     for call in calls:
         plan, programs = plan_rank(job, call, 0)
@@ -604,8 +690,7 @@ def run_job(job, calls: Sequence[Call], iters: int, warmup_iters: int, check: in
         # The ranks are this run's, whatever launcher may have started this process.
         launcher_vars = {name for launcher in LAUNCHERS for name in launcher[1:]}
         environ = {k: v for k, v in os.environ.items() if k not in launcher_vars}
-        status = spawn(["-m", "nicksim.realhw.worker", str(task)], job.nranks, environ,
-                       float(job.params.get("NICKSIM_TIMEOUT")), collect)
+        status = spawn(["-m", "nicksim.realhw.worker", str(task)], job.nranks, environ, collect)
     if status:
         raise RanksFailed(status)
     return results
@@ -638,7 +723,7 @@ def run_command(options: RunOptions, params: Params, nranks: int | None, argv: S
             raise UsageError(f"-np {nranks} ranks on this host", "-np", f"at most {MAX_RANKS_PER_HOST}: a host "
                              f"is planned as {HOST_SYSTEM}, whose GPUs join by shared memory")
         _check_root(options, nranks)  # said once here, not by every rank
-        return RunDone(spawn(["-m", "nicksim", *argv], nranks, os.environ, float(params.get("NICKSIM_TIMEOUT"))))
+        return RunDone(spawn(["-m", "nicksim", *argv], nranks, os.environ))
     root = root_address(params, os.environ)
     if root is None:
         raise UsageError(f"rank {env.rank} of {env.size} ({env.launcher}) has no root to join", "nicksim run",
@@ -647,12 +732,15 @@ def run_command(options: RunOptions, params: Params, nranks: int | None, argv: S
         raise UsageError(f"-np {nranks} under {env.launcher}, which started {env.size} ranks", "-np",
                          f"{env.size}, or leave -np out")
 
-    def joined(layout: str) -> None:  # nccl-tests prints its header once every rank is up
+    def joined(layout: str, reduced: int | None) -> None:  # nccl-tests prints its header once every rank is up
         emit(f"# nicksim run {options.collective}: {layout}, NCCL {options.nccl_version} plans")
         unused = unused_here(params)
         if unused:
             emit(f"# not used here: {'; '.join(unused)}")
         emit(header)
+        if reduced is not None:  # nccl-tests' own words (src/common.cu)
+            emit("#")
+            emit(f"# Reducing maxBytes to {reduced} due to memory limitation")
         for line in table_header():
             emit(line)
 

@@ -8,13 +8,13 @@ band, how far apart their bus bandwidths are.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from ..calls import COLLECTIVE_TABLE, call_for_size
 from ..constants.tuning_tables import PROTOCOLS
 from ..engines import CallResult, Engine, engine_named
 from ..errors import UsageError
+from ..files import read_input
 from ..job import Job
 from ..formats.report import (MeasuredTable, ResultRow, format_row, measurement, read_results, results_json,
                               run_header, table_footer, table_header)
@@ -289,10 +289,7 @@ def _measured_busbw(row: ResultRow) -> tuple[float | None, float | None]:
 def measured_table(path: str, collective: str, nranks: int | None = None, index: int = 1) -> MeasuredTable:
     """The `index`-th table of a measured file (nccl-tests text or JSON, or CSV blocks) that is for
     `collective` on `nranks` ranks (any rank count if None), tables that do not say counting as fitting."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", path, "a readable nccl-tests output file") from None
+    text = read_input(path, "a readable nccl-tests output file").decode("utf-8", errors="replace")
     tables = read_results(text, path)
     fitting = [t for t in tables if t.collective in (None, collective) and (nranks is None or t.nranks in (None, nranks))]
     if len(fitting) < index:

@@ -41,6 +41,7 @@ from pathlib import Path
 from ..calls import collective_name, dtype_name
 from ..engines import canonical_engine, engine_named
 from ..errors import NickSimError, UsageError
+from ..files import read_input
 from ..job import SPEC_FIELDS, JobSpec, load_job
 from ..params import read_params
 from .perf import measured_table, parse_size, perf_rows
@@ -157,9 +158,7 @@ def _read_toml(path: Path, what: str) -> dict:
     """The TOML document in `path`, or a UsageError saying why not (unreadable, not UTF-8, not
     TOML) and that `what` was wanted."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", str(path), f"{what}, readable") from None
+        return tomllib.loads(read_input(path, f"{what}, readable").decode("utf-8"))
     except UnicodeDecodeError:
         raise UsageError("not UTF-8 text", str(path), f"{what} (UTF-8)") from None
     except tomllib.TOMLDecodeError as exc:
@@ -227,7 +226,8 @@ def find_cases(directory: str | Path) -> list[Case]:
     if directory.is_file():
         return [load_case(directory)]
     if not directory.is_dir():
-        raise UsageError("no such file or folder", str(directory), "a folder of case files, or one case file")
+        what = "is not a regular file or a folder" if directory.exists() else "no such file or folder"
+        raise UsageError(what, str(directory), "a folder of case files, or one case file")
     files = sorted(directory.glob("*.toml"))
     if not files:
         raise UsageError("no case files (*.toml)", str(directory), "a folder of case files")

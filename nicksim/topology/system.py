@@ -752,6 +752,21 @@ class _Builder:
                 self.note(node, f"<{node.tag}> has {len(node.attrs)} attributes: NCCL reads at most "
                                 f"{rules.xml_max_attrs} per element")
 
+    def check_node_counts(self, root: XmlNode) -> None:
+        """NCCL keeps each kind of node in a table of NCCL_TOPO_MAX_NODES (graph.h) and stops with
+        "tried to create too many nodes" past it (topo.cc ncclTopoCreateNode): refused here, before
+        any work that grows with the square or the cube of the count."""
+        most = self.rules.release.topo_max_nodes
+        counts: dict[str, int] = {}
+        for node in root.iter():
+            if node.tag in ("cpu", "gpu", "nic", "net"):
+                counts[node.tag] = counts.get(node.tag, 0) + 1
+        for tag, count in counts.items():
+            if count > most:
+                raise self.read.fail(root, f"{count} <{tag}> elements: NCCL {self.rules.version.line} creates at most "
+                                           f"{most} nodes of a kind (NCCL_TOPO_MAX_NODES)",
+                                     f"at most {most} <{tag}> elements in one host's topology")
+
     def check_reverse_links(self) -> None:
         """Every link needs one back of the same kind: NCCL's path search stops with "Failed to find
         reverse path" otherwise (paths.cc ncclTopoSetPaths), so the file is refused here."""
@@ -781,6 +796,7 @@ def build_system(doc: TopoXml, rules: TopoRules, notes: tuple[str, ...] = ()) ->
     root = doc.root
     b = _Builder(rules, doc.source)
     b.check_nccl_limits(root)
+    b.check_node_counts(root)
     version = root.get("version")
     if version is not None and version != "1":
         b.note(root, f"<system version=\"{version}\">; NCCL writes version 1")

@@ -16,7 +16,8 @@ from typing import Iterator
 
 from lxml import etree
 
-from ..errors import TopologyError
+from ..errors import TopologyError, UsageError
+from ..files import read_input
 
 __all__ = [
     "XmlNode",
@@ -128,13 +129,9 @@ def read_topo_xml(path: str | Path) -> TopoXml:
     """Read a topology file from disk."""
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TopologyError("no such file", str(path), "a path to an NCCL topology XML or a catalog name") from None
-    except IsADirectoryError:
-        raise TopologyError("is a directory", str(path), "a path to an NCCL topology XML") from None
-    except PermissionError:
-        raise TopologyError("cannot be read (permission denied)", str(path)) from None
+        data = read_input(path, "a path to an NCCL topology XML or a catalog name")
+    except UsageError as err:  # the topology's own kind of error, with the same words
+        raise TopologyError(err.what, err.where, err.valid) from None
     return parse_topo_xml(data, str(path))
 
 
