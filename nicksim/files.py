@@ -28,13 +28,13 @@ def open_input(path: str | Path, valid: str = "a readable file") -> BinaryIO:
     except FileNotFoundError:
         raise UsageError("no such file", str(path), valid) from None
     except IsADirectoryError:
-        raise UsageError("is a folder", str(path), valid) from None
+        raise UsageError("is a directory", str(path), valid) from None
     except OSError as err:
         raise UsageError(f"cannot read: {err.strerror}", str(path), valid) from None
     try:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
         if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise UsageError("is a folder", str(path), valid)
+            raise UsageError("is a directory", str(path), valid)
         stream = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -56,7 +56,7 @@ def read_input(path: str | Path, valid: str = "a readable file") -> bytes:
     except FileNotFoundError:
         raise UsageError("no such file", str(path), valid) from None
     except IsADirectoryError:
-        raise UsageError("is a folder", str(path), valid) from None
+        raise UsageError("is a directory", str(path), valid) from None
     except OSError as err:
         raise UsageError(f"cannot read: {err.strerror}", str(path), valid) from None
     try:
@@ -66,7 +66,7 @@ def read_input(path: str | Path, valid: str = "a readable file") -> bytes:
             fd = -1
             return stream.read()
     except IsADirectoryError:
-        raise UsageError("is a folder", str(path), valid) from None
+        raise UsageError("is a directory", str(path), valid) from None
     except OSError as err:
         raise UsageError(f"cannot read: {err.strerror}", str(path), valid) from None
     finally:

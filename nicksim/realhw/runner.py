@@ -635,6 +635,10 @@ def check_runnable_here(job, calls: Sequence[Call], check: int = 1) -> None:
     if job.nranks > MAX_SPAWNED_RANKS:
         raise UsageError(f"the job has {job.nranks} ranks, each a process on this host", "--engine real",
                          f"a job of at most {MAX_SPAWNED_RANKS} ranks (--nodes, --gpus-per-node)")
+    run_device(job.params)
+    for call in calls:
+        plan, programs = plan_rank(job, call, 0)
+        check_runnable(programs, plan.algorithm)
     budget = usable_nbytes(available_nbytes()) // job.nranks
     too_big = [call for call in calls if rank_nbytes(call, check) > budget]
     if too_big:
@@ -644,10 +648,6 @@ def check_runnable_here(job, calls: Sequence[Call], check: int = 1) -> None:
         raise UsageError(f"a {first.nbytes}-byte {first.collective} needs {rank_nbytes(first, check)} bytes per rank "
                          f"and this host has {budget} for each of {job.nranks} ranks", "--engine real",
                          f"sizes up to {fitting_max_nbytes(options, job.nranks, budget)} bytes (-e)")
-    run_device(job.params)
-    for call in calls:
-        plan, programs = plan_rank(job, call, 0)
-        check_runnable(programs, plan.algorithm)
 
 
 def run_job(job, calls: Sequence[Call], iters: int, warmup_iters: int, check: int, trace: bool,
