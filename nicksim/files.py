@@ -50,25 +50,8 @@ def open_input(path: str | Path, valid: str = "a readable file") -> BinaryIO:
 
 def read_input(path: str | Path, valid: str = "a readable file") -> bytes:
     """The bytes of the file at `path` (see the module docstring); `valid` says what was wanted."""
-    path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise UsageError("no such file", str(path), valid) from None
-    except IsADirectoryError:
-        raise UsageError("is a directory", str(path), valid) from None
-    except OSError as err:
-        raise UsageError(f"cannot read: {err.strerror}", str(path), valid) from None
-    try:
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)  # opened without waiting; now read as usual
-        with os.fdopen(fd, "rb") as stream:
-            fd = -1
+    with open_input(path, valid) as stream:
+        try:
             return stream.read()
-    except IsADirectoryError:
-        raise UsageError("is a directory", str(path), valid) from None
-    except OSError as err:
-        raise UsageError(f"cannot read: {err.strerror}", str(path), valid) from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        except OSError as err:
+            raise UsageError(f"cannot read: {err.strerror}", str(path), valid) from None
