@@ -276,6 +276,36 @@ def test_a_link_that_goes_down_ends_the_run_with_ncclls_completion_error(tmp_pat
     assert not fabric.open_objects
 
 
+def test_a_sender_that_finished_and_closed_before_its_receiver_read_is_no_error(tmp_path):
+    # The sender's steps all sit in the receiver's slots when it ends and closes its queue pairs;
+    # the receiver, reading late, frees slots and offers them again before its proxy has seen the
+    # socket close (here: never sees it). The offer fails as an RDMA write to a closed queue pair
+    # does (IBV_WC_RETRY_EXC_ERR) and must not cost the receiver the steps it already holds.
+    import time
+    fabric, sysfs = two_host_fabric(tmp_path)
+    job = host_job(2, 1)
+    call = Call("broadcast", 6 << 20, "int8", "none", 0, 2)  # 6 steps a channel: all fit the 8 slots
+    plan = plan_call(job.comm, call, forced_choice(job.comm, call, "Ring", "Simple"))
+    offers_failed = []
+
+    def late(rank, links):
+        if rank == 1:
+            for link in links.values():
+                link._peer_closed = lambda: False
+                link.release = slowly(link, link.release)
+            time.sleep(0.5)  # rank 0 sends its steps, ends and closes its queue pairs meanwhile
+
+    def slowly(link, release):
+        def release_then_wait(*args, **kwargs):
+            release(*args, **kwargs)
+            time.sleep(0.05)  # the proxy offers the freed slot, and the fabric fails the offer
+            offers_failed.append(link._gone is not None)
+        return release_then_wait
+
+    check_over_ib(job, plan, f"ib{os.getpid()}late", fabric, sysfs, before_run=late)
+    assert any(offers_failed)  # the case happened: an offer failed while steps were still to read
+
+
 def test_a_peer_whose_process_ends_is_named_from_its_socket(tmp_path):
     fabric, sysfs, job, plan = two_rank_all_reduce(tmp_path, 2_000_000)
 

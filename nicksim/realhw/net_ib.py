@@ -264,6 +264,8 @@ class IbLink(ProxiedEnd):
             while not self._stopping:
                 moved = self._reap(by_id)
                 moved = self._retire(inflight, by_id) or moved
+                if self._gone is not None:
+                    return
                 moved = (self._send_next(inflight, by_id) if self.side == "send" else
                          self._post_cts(inflight, by_id)) or moved
                 if moved:
@@ -303,6 +305,12 @@ class IbLink(ProxiedEnd):
         wcs = self._ctx.poll(self._cq, 2 * NCCL_STEPS)
         e = self._ctx.api.enums
         for wc in wcs:
+            if wc.status != 0 and self.side == "recv" and (wc.wr_id & _CTS_WR or self._gone is not None):
+                # A slot offered to a sender whose queue pairs are gone (it may simply have finished
+                # and closed before its socket said so): the steps that came are still delivered,
+                # and the error is the executor's only once it waits for more.
+                self._gone = self._gone or self._completion_error(wc)
+                continue
             if wc.status != 0:
                 raise self._completion_error(wc)
             if wc.wr_id & _CTS_WR:
