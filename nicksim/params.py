@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+from .constants.device import THREAD_BOUNDS, WARP_SIZE
 from .constants.knobs import KNOB_TABLE, Knob
 from .constants.rules import rules_for_minor
 from .errors import UsageError
@@ -204,20 +205,52 @@ def _parse_iflist(knob: Knob, text: str) -> str | None:
     return text
 
 
+def _parse_int(knob: Knob, text: str) -> tuple[Any, str | None]:
+    value = parse_nccl_int(text)
+    if value is None or not -_INT64 <= value < _INT64:
+        # param.cc: strtoll's ERANGE gives NCCL's own words; text without digits, which NCCL
+        # would silently read as 0, is reported the same way here.
+        return None, f"NCCL INFO Invalid value {text} for {knob.name}, using default {knob.default}."
+    if knob.least is not None and value < knob.least and value not in knob.keep:
+        also = "".join(f" or {k} (the default)" for k in knob.keep)
+        read = f" (read as {value}: no units)" if _INT_RE.match(text).end() < len(text.rstrip()) else ""
+        raise UsageError(f"{knob.name}={text}{read} cannot run", knob.name, f"at least {knob.least}{also}")
+    warning = _ignored_tail(knob, text, value) or _thread_warning(knob, value)
+    if value in knob.keep:  # NCCL's "use the default" (e.g. NCCL_BUFFSIZE=-2: init.cc computeBuffSizes)
+        return knob.default, warning
+    return value, warning
+
+
+def _ignored_tail(knob: Knob, text: str, value: int) -> str | None:
+    """strtoll stops at the first character that is not part of the number, and NCCL never looks
+    at the rest: '1.8e-162' is 1 and '4M' is 4. Said, since it is rarely what was meant."""
+    tail = text[_INT_RE.match(text).end():].strip()
+    if not tail:
+        return None
+    return (f"{knob.name}={text} is read as {value}, as NCCL's strtoll reads it ('{tail}' ignored; valid: an "
+            "integer, decimal, 0x hex or 0 octal, with no unit)")
+
+
+def _thread_warning(knob: Knob, value: int) -> str | None:
+    """tuning.cc getNthreads: a thread count that is not a multiple of the warp size, or above the
+    maximum, becomes the maximum; below the minimum, the minimum; each with NCCL's WARN."""
+    if knob.name not in THREAD_BOUNDS or value <= 0:
+        return None
+    low, high = THREAD_BOUNDS[knob.name]
+    if value % WARP_SIZE != 0:
+        return f"NCCL WARN Invalid {knob.name} {value} (must be a multiple of {WARP_SIZE}). NCCL uses {high} threads"
+    if value > high:
+        return f"NCCL WARN Invalid {knob.name} {value} (maximum {high}). NCCL uses {high} threads"
+    if value < low:
+        return f"NCCL WARN Invalid {knob.name} {value} (minimum {low}). NCCL uses {low} threads"
+    return None
+
+
 def _parse_value(knob: Knob, text: str) -> tuple[Any, str | None]:
-    """(value, warning) — value None means 'keep the default'."""
+    """(value, warning): a value of None means 'keep the default'; a warning with a value is said
+    and the value still used, as NCCL does."""
     if knob.kind == "int":
-        value = parse_nccl_int(text)
-        if value is None or not -_INT64 <= value < _INT64:
-            # param.cc: strtoll's ERANGE gives NCCL's own words; text without digits, which NCCL
-            # would silently read as 0, is reported the same way here.
-            return None, f"NCCL INFO Invalid value {text} for {knob.name}, using default {knob.default}."
-        if value in knob.keep:  # NCCL's "use the default" (e.g. NCCL_BUFFSIZE=-2: init.cc computeBuffSizes)
-            return knob.default, None
-        if knob.least is not None and value < knob.least:
-            also = "".join(f" or {k} (the default)" for k in knob.keep)
-            raise UsageError(f"{knob.name}={text} cannot run", knob.name, f"at least {knob.least}{also}")
-        return value, None
+        return _parse_int(knob, text)
     if knob.kind == "iflist":
         if _parse_iflist(knob, text) is None:
             return None, (f"{knob.name}={text} is not a device list; ignored (valid: names or prefixes "
@@ -272,9 +305,11 @@ def read_params(environ: Mapping[str, str], overrides: Sequence[str] = ()) -> Pa
         value, warning = _parse_value(knob, text)
         if warning:
             warnings.append(warning)
+        if value is None:
             continue
         values[key] = value
-        info.append(f"NCCL INFO {key} set by environment to {text}.")
+        shown = parse_nccl_int(text) if knob.kind == "int" else text  # param.cc prints the number read (%lld)
+        info.append(f"NCCL INFO {key} set by environment to {shown}.")
     return Params(MappingProxyType(values), MappingProxyType(raw), MappingProxyType(sources),
                   tuple(warnings), tuple(info))
 

@@ -102,6 +102,42 @@ def test_integers_read_as_strtoll_base_0(text, value):
     assert read_params({"NCCL_NTHREADS": text}).get("NCCL_NTHREADS") == value  # a knob with no lower bound
 
 
+@pytest.mark.parametrize("text,value,tail", [("1.8e-162", 1, ".8e-162"), ("4M", 4, "M"), ("0x10g", 16, "g")])
+def test_text_after_the_number_is_said_to_be_ignored_and_the_number_is_what_is_logged(text, value, tail):
+    params = read_params({"NCCL_P2P_LL_THRESHOLD": text})
+    assert params.get("NCCL_P2P_LL_THRESHOLD") == value  # as strtoll reads it
+    assert params.warnings == (f"NCCL_P2P_LL_THRESHOLD={text} is read as {value}, as NCCL's strtoll reads it "
+                               f"('{tail}' ignored; valid: an integer, decimal, 0x hex or 0 octal, with no unit)",)
+    assert params.info == (f"NCCL INFO NCCL_P2P_LL_THRESHOLD set by environment to {value}.",)  # param.cc's %lld
+
+
+def test_a_buffer_size_with_a_unit_is_refused_saying_how_it_was_read():
+    with pytest.raises(UsageError, match=r"NCCL_BUFFSIZE=4M \(read as 4: no units\) cannot run"):
+        read_params({"NCCL_BUFFSIZE": "4M"})
+
+
+@pytest.mark.parametrize("name,text,line,used", [
+    ("NCCL_NTHREADS", "100", "Invalid NCCL_NTHREADS 100 (must be a multiple of 32).", 512),
+    ("NCCL_NTHREADS", "1024", "Invalid NCCL_NTHREADS 1024 (maximum 512).", 512),
+    ("NCCL_NTHREADS", "32", "Invalid NCCL_NTHREADS 32 (minimum 64).", 64),
+    ("NCCL_LL128_NTHREADS", "96", "Invalid NCCL_LL128_NTHREADS 96 (minimum 160).", 160),
+    ("NCCL_LL128_NTHREADS", "704", "Invalid NCCL_LL128_NTHREADS 704 (maximum 640).", 640),
+])
+def test_thread_counts_out_of_range_warn_as_getnthreads_does_and_the_tuning_uses_its_fallback(name, text, line,
+                                                                                              used):
+    params = read_params({name: text})
+    assert params.warnings == (f"NCCL WARN {line} NCCL uses {used} threads",)
+    job = load_job(JobSpec(system="dgx-h100"), params)
+    protocol = 1 if name == "NCCL_LL128_NTHREADS" else 0
+    ring = job.comm.table.algorithms.index("Ring")
+    assert job.comm.table.max_threads[ring][protocol] == used
+
+
+@pytest.mark.parametrize("name,text", [("NCCL_NTHREADS", "256"), ("NCCL_NTHREADS", "-2"), ("NCCL_LL128_NTHREADS", "640")])
+def test_thread_counts_in_range_say_nothing(name, text):
+    assert read_params({name: text}).warnings == ()
+
+
 @pytest.mark.parametrize("text", ["abc", "99999999999999999999", "-"])
 def test_a_bad_integer_warns_in_ncclloadparams_words_and_keeps_the_default(text):
     params = read_params({"NCCL_IB_TIMEOUT": text})

@@ -25,7 +25,7 @@ from ..graph.connect import (format_channel_counts, format_channels, format_nvls
 from ..graph.search import format_graph
 from ..graph.transports import connection_lines, ring_links, tree_links
 from ..graph.trees import dtree
-from ..params import KNOBS, Params, debug_ranks
+from ..params import KNOBS, Params, debug_ranks, parse_nccl_int
 from ..tuning.cost import format_thread_thresholds, format_tuning_table, thread_thresholds
 from .logs import Identity, LogSink, debug_config
 
@@ -104,7 +104,8 @@ def setting_lines(params, names: Iterable[str] | None = None) -> list[Line]:
         if _read_as_string(name) or not isinstance(value, int):
             lines.append(("INFO", "ENV", f"{name} set by environment to {text}"))
         else:
-            lines.append(("INFO", "ENV", f"{name} set by environment to {value}."))
+            read = parse_nccl_int(params.raw[name]) if name in params.raw else None  # -2 stays -2, as printed
+            lines.append(("INFO", "ENV", f"{name} set by environment to {value if read is None else read}."))
     return lines
 
 

@@ -25,7 +25,8 @@ from ..errors import UsageError
 from ..params import Params
 from ..graph.connect import nvls_channels
 from ..graph.search import Graph
-from .cost import (FUNCTIONS, NCCL_MAX_NTHREADS, WARP_SIZE, CostTable, ThreadThresholds, TuneInputs, algo_time,
+from ..constants.device import NCCL_MAX_NTHREADS, WARP_SIZE
+from .cost import (FUNCTIONS, CostTable, ThreadThresholds, TuneInputs, algo_time,
                    thread_thresholds, time_model_modelled, tune_inputs, tune_model)
 
 __all__ = ["CommState", "Choice", "Priced", "comm_state", "choose", "forced_choice", "priced", "nvls_supported"]

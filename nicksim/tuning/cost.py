@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, replace
 
 from ..graph.collnet import COLLNET_OFF, CollNetSetup
+from ..constants.device import (NCCL_LL128_MAX_NTHREADS, NCCL_LL_MAX_NTHREADS, NCCL_MAX_NTHREADS,
+                                NCCL_SIMPLE_MAX_NTHREADS, WARP_SIZE)
 from ..constants.tuning_tables import (NET_OVERHEAD_SIMPLE_POSTS, PROTOCOLS, TimeModelRules, TuningTables,
                                        time_model_rules, tuning_tables)
 from ..constants.versions import MODELLED_VERSIONS, NcclVersion
@@ -41,12 +43,6 @@ __all__ = [
 # ncclFuncStr (init.cc): the collectives the time model prices (NCCL_NUM_FUNCTIONS 5).
 FUNCTIONS: tuple[str, ...] = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 
-# src/include/device.h, unchanged 2.18-2.30.
-WARP_SIZE = 32
-NCCL_MAX_NTHREADS = 640
-NCCL_SIMPLE_MAX_NTHREADS = 512
-NCCL_LL_MAX_NTHREADS = 512
-NCCL_LL128_MAX_NTHREADS = 640
 PCI_BW_GBPS = 12.0  # graph/topo.h PCI_BW (Gen3 x16)
 
 # topo.cc CPU enums, as nicksim.topo stores them.

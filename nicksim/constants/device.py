@@ -1,0 +1,19 @@
+"""The kernel's thread limits (src/include/device.h, unchanged 2.18-2.30) and the bounds
+tuning.cc's getNthreads holds NCCL_NTHREADS and NCCL_LL128_NTHREADS to."""
+from __future__ import annotations
+
+__all__ = ["WARP_SIZE", "NCCL_MAX_NTHREADS", "NCCL_SIMPLE_MAX_NTHREADS", "NCCL_LL_MAX_NTHREADS",
+           "NCCL_LL128_MAX_NTHREADS", "THREAD_BOUNDS"]
+
+WARP_SIZE = 32
+NCCL_MAX_NTHREADS = 640
+NCCL_SIMPLE_MAX_NTHREADS = 512
+NCCL_LL_MAX_NTHREADS = 512
+NCCL_LL128_MAX_NTHREADS = 640
+
+# (min, max) per variable: getNthreads(name, env, 2*WARP_SIZE, NCCL_{SIMPLE,LL}_MAX_NTHREADS, ...)
+# and getNthreads("NCCL_LL128_NTHREADS", env, NCCL_LL128_MAX_NTHREADS/4, NCCL_LL128_MAX_NTHREADS, ...).
+THREAD_BOUNDS = {
+    "NCCL_NTHREADS": (2 * WARP_SIZE, NCCL_SIMPLE_MAX_NTHREADS),
+    "NCCL_LL128_NTHREADS": (NCCL_LL128_MAX_NTHREADS // 4, NCCL_LL128_MAX_NTHREADS),
+}
