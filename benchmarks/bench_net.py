@@ -1,21 +1,27 @@
-"""The real backend's sockets against the rate of the link they cross, measured in one run.
+"""The real backend's sockets against the link they cross and against iperf3, in one run.
 
-Two hosts (network namespaces joined by a veth pair, tests/netns.py; needs root), every link
-shaped with tc tbf at `--rate-mbit`. `nicksim run all_reduce` of `--size` bytes with one rank per
-host, then two, over the sockets NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD gives (default: the
-control socket alone). Printed per run: the nccl-tests time and busbw, and busbw over the shaped
-rate: a ring crosses from one host to the other once each way, so every byte of busbw (the
-2(n-1)/n x size each rank sends, per second) crosses the link, and busbw over the rate is the
-share of the link the run used. Run:
+Two hosts (network namespaces joined by a veth pair through a bridge, tests/netns.py; needs root),
+every link shaped with tc tbf at `--rate-mbit` (0: raw veth, as fast as the CPUs move it).
+`nicksim run all_reduce` of `--size` bytes with one rank per host, then two, over the sockets
+NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD gives (default: the control socket alone). A ring
+crosses from one host to the other once each way, so every byte of busbw (the 2(n-1)/n x size
+each rank sends, per second) crosses the link in each direction. The peer: iperf3 --bidir (one TCP
+stream each way at once, as the ring's) between the same two hosts for `--iperf-s` seconds, its
+mean rate per direction. Printed per run: the nccl-tests time and busbw, busbw over the shaped
+rate, and busbw over iperf3's rate; each figure the median of `--repeat` runs. Run:
 
-    python benchmarks/bench_net.py [--rate-mbit 1000] [--size 64M] [--per-host 1 2] [--iters 5]
+    python benchmarks/bench_net.py [--rate-mbit 1000] [--size 64M] [--per-host 1 2] [--iters 5] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
+import statistics
+import subprocess
 import sys
+import time
 import tempfile
 from pathlib import Path
 
@@ -42,24 +48,59 @@ def run(hosts: Hosts, per_host: int, nbytes: int, iters: int, env: dict) -> dict
         return json.loads(Path(out).read_text())["results"][0]["out_of_place"]
 
 
+def iperf3_gbps(hosts: Hosts, seconds: float) -> float | None:
+    """iperf3 --bidir from host 0 to host 1: the mean of the two directions' received rates, GB/s."""
+    if shutil.which("iperf3") is None:
+        return None
+    port = free_port()
+    server = hosts.popen(1, ["iperf3", "-s", "-1", "-B", hosts.address(1), "-p", str(port)], dict(os.environ),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):  # the server listening
+            client = hosts.popen(0, ["iperf3", "-c", hosts.address(1), "-p", str(port), "-t", str(seconds), "--bidir",
+                                     "-J"], dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
+            out, _ = client.communicate(timeout=seconds + 60)
+            report = json.loads(out) if out.strip() else {}
+            if "end" in report and not report.get("error"):
+                end = report["end"]
+                rates = [end["sum_received"]["bits_per_second"], end["sum_received_bidir_reverse"]["bits_per_second"]]
+                return sum(rates) / len(rates) / 8 / 1e9
+            time.sleep(0.1)
+        raise SystemExit("iperf3 did not connect")
+    finally:
+        server.kill()
+        server.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate-mbit", type=int, default=1000)
     parser.add_argument("--size", default="64M")
     parser.add_argument("--per-host", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--iperf-s", type=float, default=5)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     nbytes = parse_size(args.size, "--size")
     env = dict(kv.split("=", 1) for kv in args.env)
     rate_gbps = args.rate_mbit / 8 / 1000  # GB/s, as busbw is
-    with Hosts(2, rate_mbit=args.rate_mbit) as hosts:
-        print(f"# all_reduce of {nbytes} bytes between 2 hosts, veth shaped by tbf at {args.rate_mbit} Mbit/s "
-              f"({rate_gbps:.4f} GB/s); {' '.join(args.env) or 'default sockets'}")
-        print(f"# {'per host':>8} {'time us':>11} {'busbw':>8} {'of rate':>8}")
+    with Hosts(2, rate_mbit=args.rate_mbit or None) as hosts:
+        iperf = [iperf3_gbps(hosts, args.iperf_s) for _ in range(args.repeat)]
+        iperf_gbps = None if iperf[0] is None else statistics.median(iperf)
+        link = f"veth shaped by tbf at {args.rate_mbit} Mbit/s ({rate_gbps:.4f} GB/s)" if args.rate_mbit else "raw veth"
+        peer = "-" if iperf_gbps is None else f"{iperf_gbps:.4f} GB/s each way"
+        print(f"# all_reduce of {nbytes} bytes between 2 hosts, {link}; {' '.join(args.env) or 'default sockets'}; "
+              f"iperf3 --bidir: {peer} (median of {args.repeat})")
+        print(f"# {'per host':>8} {'time us':>11} {'busbw':>8} {'of rate':>8} {'/iperf3':>8}")
         for per_host in args.per_host:
-            got = run(hosts, per_host, nbytes, args.iters, env)
-            print(f"  {per_host:>8} {got['time']:>11.1f} {got['bus_bw']:>8.4f} {got['bus_bw'] / rate_gbps:>8.2f}")
+            runs = [run(hosts, per_host, nbytes, args.iters, env) for _ in range(args.repeat)]
+            time_us = statistics.median(r["time"] for r in runs)
+            busbw = statistics.median(r["bus_bw"] for r in runs)
+            of_rate = f"{busbw / rate_gbps:>8.2f}" if args.rate_mbit else f"{'-':>8}"
+            of_iperf = f"{busbw / iperf_gbps:>8.2f}" if iperf_gbps else f"{'-':>8}"
+            print(f"  {per_host:>8} {time_us:>11.1f} {busbw:>8.4f} {of_rate} {of_iperf}")
 
 
 if __name__ == "__main__":

@@ -462,6 +462,21 @@ def test_p2p_plans_conserve_bytes(system, nodes, minor):
             check_programs(call, programs, per_node)
 
 
+def test_an_alltoalls_own_piece_is_one_local_copy_per_part_and_no_connection_to_itself():
+    # sendrecv.h runSend (2.19-2.30): peer == rank copies the send buffer into the receive buffer
+    # (ReduceOrCopyMulti / reduceCopy of the whole count); the matching receive does nothing.
+    call = call_for_size("alltoall", 8 * (4 << 20), "float", "sum", 0, 8)
+    for rank in (0, 5):
+        streams = [s for prog in p2p_programs(call, rank, 1, 8, 16, 2, 524288, 30) for s in prog.streams]
+        prims = [p for s in streams for p in s.prims]
+        assert not [p for p in prims if rank in p.send_to or rank in p.recv_from]
+        own = [s for s in streams if "self" in s.name]
+        assert own and all(len(s.prims) == 1 and s.prims[0].op == "copy" for s in own)
+        piece = call.count * call.elem_nbytes
+        assert sum(s.prims[0].nelem for s in own) == piece
+        assert min(s.prims[0].offset for s in own) == (rank * 8 + rank) * piece
+
+
 def test_p2p_protocol_chunks_and_parts_two_h100_nodes():
     params = read_params({})
     job = load_job(JobSpec(system="dgx-h100", nodes=2, nccl_version="2.22"), params)

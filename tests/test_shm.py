@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from nicksim.calls import Call
 from nicksim.realhw.shm import NCCL_STEPS, ShmRing, ShmTimeoutError, segment_name
 
 STEP = 4096
@@ -192,3 +193,34 @@ def test_line_protocols_flag_every_line_and_carry_their_share_of_a_slot(protocol
         recv.recv(0.2, nbytes=3 * data_per_line)
     send.close()
     recv.close()
+
+
+# --- memory in place before the first call -------------------------------------------------------
+
+def _resident_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def test_both_sides_map_a_segment_with_its_pages_in_place(tmp_path):
+    # MAP_POPULATE: the slots are resident at mapping, as a GPU's buffers are, so the first calls
+    # do not fault them in page by page (an untouched mapping adds nothing to RssShmem).
+    from nicksim.realhw.shm import attach_segment, create_segment
+    name = f"nicksim-test-populate-{os.getpid()}"
+    nbytes = 32 << 20
+    before = _resident_kib("RssShmem")
+    try:
+        fd, buf = create_segment(name, nbytes)
+        fd2, buf2 = attach_segment(name, nbytes, "test", 1)
+        assert _resident_kib("RssShmem") - before >= 0.9 * 2 * nbytes / 1024  # both mappings resident
+        buf.close(), buf2.close(), os.close(fd), os.close(fd2)
+    finally:
+        os.unlink(f"/dev/shm/{name}")
+
+
+def test_a_runs_receive_buffer_is_written_before_the_first_call():
+    from nicksim.realhw.runner import _buffers
+    call = Call("all_reduce", 16 << 20, "float", "sum", -1, 2)
+    before = _resident_kib("RssAnon")
+    send, recv = _buffers(call, 0, False)
+    assert _resident_kib("RssAnon") - before >= 0.9 * recv.nbytes / 1024 and not recv.any()

@@ -255,6 +255,9 @@ def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_ch
     out = []
     for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
                            group_size, *(ll or ())):
+        if t.peer == rank:  # one copy per part, by the send alone (p2p_programs)
+            out += [1] * len(t.channels) if t.send else []
+            continue
         for part in range(len(t.channels)):
             beg, end = _part_bounds(len(t.channels), part, t.nbytes)
             out.append(max(1, _div_up(end - beg, t.chunk_nbytes)))
@@ -272,6 +275,16 @@ def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channel
                            group_size, *(ll or ())):
         src, dst = (rank, t.peer) if t.send else (t.peer, rank)
         origin = _segment(call, src, dst)
+        if t.peer == rank:
+            # sendrecv.h runSend: a send to itself is one copy of the send buffer into the receive
+            # buffer by the send's work (none where they are the same); the receive does nothing.
+            if t.send:
+                for part, channel in enumerate(t.channels):
+                    beg, end = _part_bounds(len(t.channels), part, t.nbytes)
+                    streams.setdefault(channel, []).append(
+                        Stream(f"copy r{t.round} self part {part}", (Prim("copy", origin + beg, end - beg),),
+                               t.protocol))
+            continue
         for part, channel in enumerate(t.channels):
             beg, end = _part_bounds(len(t.channels), part, t.nbytes)
             prims, cursor = [], beg

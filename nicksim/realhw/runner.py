@@ -188,15 +188,23 @@ def _buffers(call: Call, rank: int, in_place: bool, xp=np) -> tuple[np.ndarray, 
     storage = storage_dtype(call.dtype)
     out_n, in_n = call.recv_count, call.send_count
     if not in_place:
-        return xp.empty(in_n, storage), xp.zeros(out_n, storage)
+        return xp.empty(in_n, storage), _zeroed(xp, out_n, storage)
     if call.collective == "all_gather":
-        recv = xp.zeros(out_n, storage)
+        recv = _zeroed(xp, out_n, storage)
         return recv[rank * call.count:(rank + 1) * call.count], recv
     if call.collective == "reduce_scatter":
         send = xp.empty(in_n, storage)
         return send, send[rank * call.count:(rank + 1) * call.count]
     buf = xp.empty(max(in_n, out_n), storage)
     return buf, buf
+
+
+def _zeroed(xp, n: int, storage) -> np.ndarray:
+    """Zeros written, not only promised: numpy's zeros are pages the first call would fault in
+    (a GPU allocation has its memory before the first call)."""
+    buf = xp.empty(n, storage)
+    buf.fill(0)
+    return buf
 
 
 def _exchange(boot: Bootstrap, item) -> list:
@@ -244,14 +252,18 @@ def _timed(boot: Bootstrap, call: Call, programs, links, options: RunOptions, in
     # In place, a point-to-point call sends from the buffer it receives into, and its pieces
     # cross (sendrecv's whole buffer, alltoall's pieces for peers whose sends arrive first):
     # the sends read a copy taken as the call starts, within the timed call.
-    snapshot = in_place and call.info.p2p
+    # That copy goes to a buffer made and touched once, here: a fresh one per call would fault
+    # its pages in within every timed call.
+    snapshot = send.copy() if in_place and call.info.p2p else None
 
     def once():
         if on_call is not None:
             on_call(in_place)
+        if snapshot is not None:
+            snapshot[...] = send
         try:
-            run_programs(call, programs, rank, links, send.copy() if snapshot else send, recv, timeout_s, ops=ops,
-                         alive=boot.check)
+            run_programs(call, programs, rank, links, send if snapshot is None else snapshot, recv, timeout_s,
+                         ops=ops, alive=boot.check)
         except (ExecuteError, ShmTimeoutError, NetError) as err:
             # A peer stopped moving: tell the others through the bootstrap, whose root names a rank
             # that died (its connection closed) or hangs (it sends nothing).

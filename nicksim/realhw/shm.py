@@ -43,11 +43,16 @@ def segment_name(job: str, channel: int, src: int, dst: int, conn: int = 0) -> s
     return f"nicksim-{job}-c{channel}-{src}to{dst}-{conn}"
 
 
+# Both sides map a segment with its pages in place (tmpfs allocates them at the creator's mapping),
+# as a GPU's buffers are before the first call: else the first calls fault them in, one by one.
+_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+
 def create_segment(name: str, nbytes: int) -> tuple[int, mmap.mmap]:
     """A new zeroed segment /dev/shm/NAME of `nbytes`, mapped: (fd, mapping)."""
     fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     os.ftruncate(fd, nbytes)
-    return fd, mmap.mmap(fd, nbytes)
+    return fd, mmap.mmap(fd, nbytes, flags=_POPULATE)
 
 
 def attach_segment(name: str, nbytes: int, label: str, timeout_s: float) -> tuple[int, mmap.mmap]:
@@ -57,7 +62,7 @@ def attach_segment(name: str, nbytes: int, label: str, timeout_s: float) -> tupl
         try:
             fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
             if os.fstat(fd).st_size == nbytes:
-                return fd, mmap.mmap(fd, nbytes)
+                return fd, mmap.mmap(fd, nbytes, flags=_POPULATE)
             os.close(fd)  # made but not yet sized
         except FileNotFoundError:
             pass
