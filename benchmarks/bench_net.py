@@ -32,7 +32,7 @@ from nicksim.studies.perf import parse_size  # noqa: E402
 from nicksim.realhw.runner import free_port  # noqa: E402
 
 
-def run(hosts: Hosts, per_host: int, nbytes: int, iters: int, env: dict) -> dict:
+def run(hosts: Hosts, per_host: int, nbytes: int, iters: int, env: dict, collective: str = "all_reduce") -> dict:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")
@@ -40,7 +40,7 @@ def run(hosts: Hosts, per_host: int, nbytes: int, iters: int, env: dict) -> dict
         for rank in range(2 * per_host):
             environ = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(2 * per_host), LOCAL_RANK=str(rank % per_host),
                            NICKSIM_COMM_ID=f"{hosts.address(0)}:{port}", NCCL_HOSTID=f"host{rank // per_host}", **env)
-            argv = [sys.executable, "-m", "nicksim", "run", "all_reduce", "-b", str(nbytes), "-e", str(nbytes),
+            argv = [sys.executable, "-m", "nicksim", "run", collective, "-b", str(nbytes), "-e", str(nbytes),
                     "-n", str(iters), "-w", "1", "-c", "0", "-J", out]
             procs.append(hosts.popen(rank // per_host, argv, environ, stdout=-3))
         if any(p.wait(timeout=900) for p in procs):
@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--size", default="64M")
     parser.add_argument("--per-host", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--collective", choices=["all_reduce", "all_gather", "sendrecv"], default="all_reduce")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--iperf-s", type=float, default=5)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
@@ -91,11 +92,11 @@ def main() -> None:
         iperf_gbps = None if iperf[0] is None else statistics.median(iperf)
         link = f"veth shaped by tbf at {args.rate_mbit} Mbit/s ({rate_gbps:.4f} GB/s)" if args.rate_mbit else "raw veth"
         peer = "-" if iperf_gbps is None else f"{iperf_gbps:.4f} GB/s each way"
-        print(f"# all_reduce of {nbytes} bytes between 2 hosts, {link}; {' '.join(args.env) or 'default sockets'}; "
+        print(f"# {args.collective} of {nbytes} bytes between 2 hosts, {link}; {' '.join(args.env) or 'default sockets'}; "
               f"iperf3 --bidir: {peer} (median of {args.repeat})")
         print(f"# {'per host':>8} {'time us':>11} {'busbw':>8} {'of rate':>8} {'/iperf3':>8}")
         for per_host in args.per_host:
-            runs = [run(hosts, per_host, nbytes, args.iters, env) for _ in range(args.repeat)]
+            runs = [run(hosts, per_host, nbytes, args.iters, env, args.collective) for _ in range(args.repeat)]
             time_us = statistics.median(r["time"] for r in runs)
             busbw = statistics.median(r["bus_bw"] for r in runs)
             of_rate = f"{busbw / rate_gbps:>8.2f}" if args.rate_mbit else f"{'-':>8}"
