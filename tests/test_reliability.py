@@ -83,12 +83,23 @@ def test_a_sweep_row_out_of_range_is_an_error_row_not_a_wrong_answer(tmp_path):
 
 @pytest.mark.parametrize("setting, least", [("NCCL_BUFFSIZE=1", 4096), ("NCCL_BUFFSIZE=-1", 4096),
                                             ("NCCL_LL_BUFFSIZE=1", 256), ("NCCL_LL128_BUFFSIZE=2000", 16384),
-                                            ("NCCL_P2P_NET_CHUNKSIZE=0", 1), ("NCCL_P2P_SCHEDULE_GROUP_SIZE=0", 1),
+                                            ("NCCL_P2P_NET_CHUNKSIZE=0", 512),
+                                            ("NCCL_P2P_NET_CHUNKSIZE=1M", 512), ("NCCL_P2P_NVL_CHUNKSIZE=511", 512), ("NCCL_P2P_SCHEDULE_GROUP_SIZE=0", 1),
                                             ("NICKSIM_TIMEOUT=0", 1), ("NICKSIM_TIMEOUT=-5", 1)])
 def test_knob_values_that_cannot_run_are_refused(setting, least):
     with pytest.raises(api.UsageError, match=f"at least {least}"):
         api.settings([setting])
     one_line_exit_2(nicksim("perf", "all_reduce", "-b", "1M", "-e", "1M", "--env", setting), setting.split("=")[0])
+
+
+@pytest.mark.parametrize("setting", ["NCCL_P2P_NET_CHUNKSIZE=512", "NCCL_P2P_NVL_CHUNKSIZE=512",
+                                     "NCCL_P2P_PCI_CHUNKSIZE=512"])
+def test_the_smallest_p2p_chunks_run(setting):
+    for nodes in (1, 2):
+        job = api.load("dgx-h100", nodes=nodes, env=[setting])
+        for collective in ("sendrecv", "alltoall"):
+            rows = api.perf(job, collective, [4096, 1 << 20], engine="des").records()
+            assert all(r["time_us"] > 0 for r in rows), rows
 
 
 @pytest.mark.parametrize("setting", ["NCCL_BUFFSIZE=4096", "NCCL_LL_BUFFSIZE=256", "NCCL_LL128_BUFFSIZE=16384",

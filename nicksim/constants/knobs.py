@@ -93,6 +93,9 @@ _STEPS = 8
 _LEAST_SIMPLE_BUFF = _STEPS * 512
 _LEAST_LL_BUFF = _STEPS * 2 * 16
 _LEAST_LL128_BUFF = _STEPS * 2048  # 2048 x 15/16 = 1920
+# A send/recv chunk is one Simple step (enqueue.cc): one Simple grain at least; below it the part
+# sizes (half a chunk across nodes, an eighth on one node) round to nothing.
+_LEAST_P2P_CHUNK = 512
 
 
 KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
@@ -160,11 +163,11 @@ KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
        nccl="LL128 step size", real="the size of every LL128 slot", least=_LEAST_LL128_BUFF, keep=(-2,)),
     _k("NCCL_P2P_NET_CHUNKSIZE", P2P_NET_CHUNK_DEFAULT, "int", "send/recv chunk across nodes, bytes (init.cc; x2 on "
        "ARM with SM100 from 2.29)", "2.14", nccl="send/recv chunk across nodes (P2P Chunksize line)", real=_PLAN,
-       least=1),
+       least=_LEAST_P2P_CHUNK),
     _k("NCCL_P2P_NVL_CHUNKSIZE", 524288, "int", "send/recv chunk when every GPU pair is on NVLink, bytes", "2.16",
-       nccl="send/recv chunk inside an NVLink node", real=_PLAN, least=1),
+       nccl="send/recv chunk inside an NVLink node", real=_PLAN, least=_LEAST_P2P_CHUNK),
     _k("NCCL_P2P_PCI_CHUNKSIZE", 131072, "int", "send/recv chunk over PCI, bytes", "2.16",
-       nccl="send/recv chunk over PCIe", real=_PLAN, least=1),
+       nccl="send/recv chunk over PCIe", real=_PLAN, least=_LEAST_P2P_CHUNK),
     _k("NCCL_P2P_LL_THRESHOLD", 16384, "int", "send/recv parts of at most this many bytes go LL (enqueue.cc)", "2.14",
        nccl="send/recv protocol (LL or Simple) by size", real=_PLAN),
     _k("NCCL_P2P_SCHEDULE_GROUP_SIZE", 8, "int", "ranks per group of the send/recv schedule across nodes", "2.28",
