@@ -23,6 +23,7 @@ offsets plan_p2p.py gives each piece.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -45,6 +46,7 @@ _KNOWN = _READS_INPUT | _WRITES_OUTPUT | {"recvCopySend"}
 # Slots moved in one pass when that many are ready: fewer Python calls per byte, while half the
 # FIFO still lets the peer work on the other half.
 _BATCH_STEPS = 4
+_ALIVE_EVERY_S = 0.02  # how often a waiting rank asks whether the job lost a rank
 
 class ExecuteError(NickSimError):
     """A rank could not run its part: a peer stopped moving, or a program it cannot run."""
@@ -270,9 +272,14 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
     check_runnable(programs)
     streams = [_Stream(prog.channel, s.name, s.prims, max(1, _step_data_nbytes(prog.channel, s, rank, links) // elem))
                for prog in programs for s in prog.streams]
-    idle_since, idle_rounds = time.monotonic(), 0
+    progress = threading.Event()
+    for link in links.values():
+        if isinstance(link, ProxiedEnd):
+            link.watch(progress)
+    idle_since, idle_rounds, checked = time.monotonic(), 0, time.monotonic()
     while True:
-        moved, active = False, False
+        moved, active, local_wait = False, False, False
+        progress.clear()  # before looking: a step the proxies hand over from here on sets it
         for stream in streams:
             while stream.index < len(stream.prims):
                 active = True
@@ -284,6 +291,7 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
                 steps = min([prim_steps - stream.step, _BATCH_STEPS] + [r.ready_steps() for r in recvs]
                             + [s.free_steps() for s in sends])
                 if steps <= 0:
+                    local_wait = local_wait or _waits_on_a_peer_directly(recvs, sends)
                     break
                 start = time.perf_counter()
                 _run_steps(prim, stream.step, steps, step_elems, recvs, sends, bufs, dtype, op, reducing,
@@ -302,14 +310,24 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
         elif time.monotonic() - idle_since > timeout_s:
             raise ExecuteError(_stuck(streams, rank, links, timeout_s), "run")
         else:
-            # Peers are usually a step away: give the CPU to them first, then sleep as the wait grows.
             idle_rounds += 1
-            if idle_rounds < 2000:
+            if not local_wait:
+                progress.wait(_ALIVE_EVERY_S)  # every wait is on a proxy, which says when it moves
+            elif idle_rounds < 2000:
+                # A peer rank writes the slots directly and says nothing: it is usually a step
+                # away, so give it the CPU first, then sleep as the wait grows.
                 os.sched_yield()
             else:
                 time.sleep(1e-4)
-            if alive is not None and idle_rounds % 256 == 0:
+            if alive is not None and time.monotonic() - checked > _ALIVE_EVERY_S:
+                checked = time.monotonic()
                 alive()
+
+
+def _waits_on_a_peer_directly(recvs: list, sends: list) -> bool:
+    """Whether a blocked primitive waits on a connection no proxy serves (shared memory, CUDA IPC)."""
+    return any(not isinstance(r, ProxiedEnd) and not r.ready_steps() for r in recvs) or \
+        any(not isinstance(s, ProxiedEnd) and not s.free_steps() for s in sends)
 
 
 def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[ShmRing], sends: list[ShmRing],

@@ -54,6 +54,7 @@ _AUTO_BY_VENDOR = {"0x1d0f": (2, 8), "0x1ae0": (4, 1)}
 _SIZE = struct.Struct("<i")  # SOCKET_CTRL_SIZE: a step's length, an int, on the control socket
 _HELLO = struct.Struct("!64sIIIII")  # job tag, channel, src, dst, conn, socket index
 _SIOCGIFADDR = 0x8915
+_IOV_MAX = 1024  # the most buffers one sendmsg takes (Linux UIO_MAXIOV)
 
 
 class NetError(NickSimError):
@@ -190,6 +191,17 @@ def _recv_into(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
+def _sendmsg_all(sock: socket.socket, buffers: list) -> None:
+    """Send every buffer in order, in as few calls as the socket takes them."""
+    buffers = [b for b in buffers if len(b)]
+    while buffers:
+        sent = sock.sendmsg(buffers[:_IOV_MAX])
+        while buffers and sent >= len(buffers[0]):
+            sent -= len(buffers.pop(0))
+        if sent:
+            buffers[0] = memoryview(buffers[0])[sent:]
+
+
 def _tasks(nbytes: int, nsocks: int) -> list[tuple[int, int]]:
     """(offset, length) of each task a step of `nbytes` is cut into over `nsocks` data sockets."""
     size = max(MIN_TASK_NBYTES, -(-nbytes // nsocks))
@@ -276,6 +288,18 @@ class ProxiedEnd:
         self._error: BaseException | None = None
         self._gone: BaseException | None = None  # the peer ended: an error once the executor needs it
         self._stopping = False
+        self._watcher: threading.Event | None = None
+        self._abandoned = False
+
+    def watch(self, event: threading.Event) -> None:
+        """Set `event` whenever the proxy hands the executor a step or a slot, or fails: what an
+        executor that waits only on proxied ends sleeps on instead of spinning."""
+        self._watcher = event
+
+    def _progressed(self) -> None:
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.set()
 
     def _poke(self) -> None:
         """Wake the proxy: the executor posted or released a step."""
@@ -327,10 +351,15 @@ class ProxiedEnd:
         self._check_recv()
         return self._ring.recv(timeout_s, steps)
 
+    def abandon(self) -> None:
+        """The rank failed: `close` stops at once, without waiting for the peer to take what
+        was posted (a peer that stopped reading would hold it for the whole timeout)."""
+        self._abandoned = True
+
     def _drain(self) -> None:
         """Before closing a sending end: wait (up to the timeout) until the proxy has moved every
         step the executor posted, so an end that finished first never cuts its last steps off."""
-        if self.side != "send":
+        if self.side != "send" or self._abandoned:
             return
         deadline = time.monotonic() + self._timeout_s
         while self._error is None and self._gone is None and self._ring.credits() < NCCL_STEPS \
@@ -369,6 +398,7 @@ class NetLink(ProxiedEnd):
         for s in socks:
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             s.settimeout(None)
+        self._ended = False  # the receiver read the end of the sender's stream
         self._helpers = _Helpers(self._data, config, side == "send", label, self._poke) if self._data else None
         self._thread = threading.Thread(target=self._proxy_main, daemon=True, name=f"{label} proxy")
         self._thread.start()
@@ -397,14 +427,23 @@ class NetLink(ProxiedEnd):
         try:
             while not self._stopping:
                 moved = self._retire(inflight)
+                if moved:
+                    self._progressed()
+                if self._ended and not inflight:
+                    # what came is the executor's to read; the end is its error once it waits for more
+                    self._gone = NetError(f"{self.label}: the peer's socket closed its end", "net")
+                    return
                 moved = (self._forward_next(inflight) if self.side == "send" else self._receive_next(inflight)) \
                     or moved
                 if not moved:
-                    self._sleep(want_ctrl=self.side == "recv" and self._proxy_ring.credits() > len(inflight))
+                    self._sleep(want_ctrl=self.side == "recv" and not self._ended
+                                and self._proxy_ring.credits() > len(inflight))
         except (OSError, ValueError) as err:
             if not self._stopping:
                 what = "closed its end" if isinstance(err, ConnectionError) else f"failed ({err})"
                 self._error = NetError(f"{self.label}: the peer's socket {what}", "net")
+        finally:
+            self._progressed()  # an executor asleep on this end hears of the failure
 
     def _poke(self) -> None:
         try:
@@ -438,33 +477,41 @@ class NetLink(ProxiedEnd):
         return moved
 
     def _forward_next(self, inflight) -> bool:
-        """Put the next posted step not yet on the wire there: its length on the control socket,
-        its bytes on the data sockets (or after the length)."""
+        """Put the posted steps not yet on the wire there: each one's length on the control
+        socket, its bytes on the data sockets, or after the length where the control socket
+        carries them (every such step posted so far in one sendmsg: one push for many steps)."""
         if len(inflight) >= NCCL_STEPS:
             return False
         data = self._proxy_ring.posted_ahead(len(inflight))
         if data is None:
             return False
+        if not self._helpers:
+            batch = []
+            while data is not None and len(inflight) < NCCL_STEPS:
+                batch += [_SIZE.pack(len(data)), memoryview(data)]
+                inflight.append(_Transfer(len(data), 0))
+                data = self._proxy_ring.posted_ahead(len(inflight))
+            _sendmsg_all(self._ctrl, batch)
+            return True
         view = memoryview(data)
         inline = len(view) <= INLINE_NBYTES
         self._ctrl.sendall(_SIZE.pack(len(view)) + (bytes(view) if inline else b""))
-        if inline or not self._helpers:
-            if not inline:
-                self._ctrl.sendall(view)
-            inflight.append(_Transfer(len(view), 0))
-        else:
-            inflight.append(self._helpers.start(view))
+        inflight.append(_Transfer(len(view), 0) if inline else self._helpers.start(view))
         return True
 
     def _receive_next(self, inflight) -> bool:
         """Take the next step's length off the control socket once a slot is free for it, and
         its bytes into that slot (from the data sockets: several steps may be on the way)."""
-        if self._proxy_ring.credits() <= len(inflight):
+        if self._ended or self._proxy_ring.credits() <= len(inflight):
             return False
         if self._helpers and not select.select([self._ctrl], [], [], 0)[0]:
             return False
         head = bytearray(_SIZE.size)
-        _recv_into(self._ctrl, memoryview(head))
+        got = self._ctrl.recv_into(head)
+        if got == 0:  # the sender closed between steps: it finished, or it died with nothing half sent
+            self._ended = True
+            return True
+        _recv_into(self._ctrl, memoryview(head)[got:])
         (nbytes,) = _SIZE.unpack(head)
         if not 0 <= nbytes <= self.step_nbytes:
             raise ValueError(f"a step of {nbytes} bytes in slots of {self.step_nbytes} (the ranks run different plans)")
@@ -478,7 +525,11 @@ class NetLink(ProxiedEnd):
         return True
 
     def close(self) -> None:
-        """Stop the proxy and its helpers, close the sockets and the FIFO."""
+        """Let the proxy put on the wire what the executor posted, stop it and its helpers, close
+        the sockets and the FIFO (once: a second call does nothing)."""
+        if self._stopping:
+            return
+        self._drain()
         self._stopping = True
         self._poke()
         for s in [self._ctrl, *self._data]:

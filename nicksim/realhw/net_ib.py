@@ -263,7 +263,9 @@ class IbLink(ProxiedEnd):
         try:
             while not self._stopping:
                 moved = self._reap(by_id)
-                moved = self._retire(inflight, by_id) or moved
+                if self._retire(inflight, by_id):
+                    self._progressed()
+                    moved = True
                 if self._gone is not None:
                     return
                 moved = (self._send_next(inflight, by_id) if self.side == "send" else
@@ -287,6 +289,8 @@ class IbLink(ProxiedEnd):
         except OSError as err:
             if not self._stopping:
                 self._error = NetError(f"{self.label}: the peer's socket failed ({err})", "net")
+        finally:
+            self._progressed()  # an executor asleep on this end hears of the end or the failure
 
     def _peer_closed(self) -> bool:
         """Whether the peer's end is gone: its socket says nothing until it closes."""

@@ -46,7 +46,7 @@ from .execute import HOST_OPS, ExecuteError, check_runnable, open_links, run_pro
 from .kernels import combine, from_float, post_op, pre_op, storage_dtype, to_float
 from .cuda_kernels import GpuUnavailable, gpu_unavailable
 from .launch import LAUNCHERS, RUN_ID, RankEnv, exit_with_parent, job_identity, rank_env, root_address, watch_parent
-from .net import NetError, NetListener, NetPeers, find_interfaces, socket_config
+from .net import NetError, NetListener, NetPeers, ProxiedEnd, find_interfaces, socket_config
 from .net_ib import IbNet, ib_net
 from .verbs import VerbsError, VerbsUnavailable, verbs_unavailable
 from .shm import NCCL_STEPS, ShmTimeoutError
@@ -322,6 +322,11 @@ def _one_size(boot: Bootstrap, job, call: Call, tag: str, options: RunOptions, t
         out = _timed(boot, call, programs, links, options, False, timeout_s, gpu, on_call)
         inp = _timed(boot, call, programs, links, options, True, timeout_s, gpu, on_call)
         spans = _traced(boot, call, programs, links, timeout_s, gpu) if traced else None
+    except BaseException:
+        for ring in links.values():
+            if isinstance(ring, ProxiedEnd):
+                ring.abandon()
+        raise
     finally:
         for ring in links.values():
             ring.close()

@@ -132,6 +132,9 @@ class ShmRing:
             self._unlinked = True
 
     def close(self) -> None:
+        """Unmap the segment and close its descriptor (again: nothing)."""
+        if self._fd is None:
+            return
         self.unlink()
         for view in ("_head", "_tail", "_sizes", "_data"):
             setattr(self, view, None)
@@ -140,6 +143,7 @@ class ShmRing:
         except BufferError:
             pass  # a step still viewed by the caller: the mapping goes with the last view
         os.close(self._fd)
+        self._fd = None
 
     # --- moving steps ---------------------------------------------------------------------
 
