@@ -24,7 +24,8 @@ from .topology.hardware import FABRICS, fabric, gpu_model
 from .params import Params
 from .graph.paths import Paths, compute_paths
 from .plan.collnet import CollNetLayout
-from .graph.search import Graph, search_graphs
+from .graph.cache import cache_folder, cached_search_graphs
+from .graph.search import Graph
 from .topology.system import System, build_system
 
 __all__ = ["JobSpec", "Job", "SPEC_FIELDS", "MIN_NIC_GBPS", "MAX_NIC_GBPS", "check_spec", "load_job", "load_node_paths"]
@@ -89,7 +90,7 @@ class Job:
         if not self.paths.node_system.gpus():
             raise UsageError(f"{self.system_name} has no GPUs (NCCL fills them in from the live machine)",
                              self.spec.where, "--gpu MODEL to place them, or a file with <gpu> elements")
-        return search_graphs(self.paths, self.params)
+        return cached_search_graphs(self.paths, self.params, cache_folder(self.params))
 
     @cached_property
     def channels(self) -> Channels:

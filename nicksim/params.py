@@ -8,6 +8,7 @@ here raises for a bad value, only for a malformed `--env` argument.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -80,6 +81,7 @@ class Params:
     info: tuple[str, ...] = field(default=())
     version_minor: int | None = None  # the release whose defaults apply (for_version), None: the newest
     notes: tuple[str, ...] = ()  # what for_version said about knobs that release does not read
+    cache_home: str | None = None  # the user's cache folder for nicksim, as the environment names it
 
     def get(self, name: str) -> Any:
         if name in self.values:
@@ -311,7 +313,14 @@ def read_params(environ: Mapping[str, str], overrides: Sequence[str] = ()) -> Pa
         shown = parse_nccl_int(text) if knob.kind == "int" else text  # param.cc prints the number read (%lld)
         info.append(f"NCCL INFO {key} set by environment to {shown}.")
     return Params(MappingProxyType(values), MappingProxyType(raw), MappingProxyType(sources),
-                  tuple(warnings), tuple(info))
+                  tuple(warnings), tuple(info), cache_home=_cache_home(environ))
+
+
+def _cache_home(environ: Mapping[str, str]) -> str | None:
+    """$XDG_CACHE_HOME/nicksim, else ~/.cache/nicksim; None where the environment names neither (an
+    API caller that passes no environment gets no folder written behind its back)."""
+    base = environ.get("XDG_CACHE_HOME") or (environ.get("HOME") and os.path.join(environ["HOME"], ".cache"))
+    return os.path.join(base, "nicksim") if base else None
 
 
 def debug_ranks(params: Params, nranks: int) -> tuple[int, ...]:

@@ -313,6 +313,9 @@ KNOB_TABLE: Mapping[str, Knob] = MappingProxyType({k.name: k for k in (
        real="how long a rank waits on a dead or stuck peer", least=1),
     _k("NICKSIM_DEVICE", "cpu", "str", "where the real backend's ranks run: cpu (shared memory, numpy) or gpu (CUDA "
        "IPC, CuPy kernels; one host)", nccl=NO_EFFECT, real="CPU or GPU buffers and kernels"),
+    _k("NICKSIM_CACHE", None, "path", "the folder where searched graphs are kept between runs (default "
+       "$XDG_CACHE_HOME/nicksim, else ~/.cache/nicksim); off keeps none", nccl=NO_EFFECT,
+       des=NO_EFFECT, real=NO_EFFECT),
     _k("NICKSIM_DEBUG_RANKS", "all", "str", "the simulated ranks whose NCCL_DEBUG lines are written: all, or a list "
        "such as 0,8-15", nccl="which simulated ranks log", real="no effect: every real rank logs its own"),
 )})
