@@ -7,15 +7,19 @@ Three parts, each against a peer measured in the same run:
   NVLS Tree, whose nodes all differ), channels (NCCL_MAX_CTAS), size
   — with wall seconds, slices moved (transfers), streams simulated, and the ratio of seconds to the
   first row of the same series;
-- `scale`: one 1 GiB all_reduce on 8 x N GPUs, each in its own process (its wall seconds and peak
-  resident memory), against the model engine's answer for the same job, up to 1024 GPUs — the bars
-  are 60 s and 4 GB: with SHARP (NCCL's choice is NVLS across nodes; every node behaves alike and
-  is simulated once) and without (NVLS Tree: the two trees together set every node apart, so up to
-  128 nodes every node is simulated, and beyond that each channel's nodes are split on their own —
-  `split` says which).
+- `scale`: one 1 GiB call (all_reduce unless `--collectives` names others) on 8 x N GPUs, each in
+  its own process: the CPU seconds of the simulation, the events its SimPy loop scheduled and the
+  CPU seconds of a bare SimPy loop of as many events in the same process (the ratio is the cost of
+  everything the model does per event), peak resident memory, against the model engine's answer
+  for the same job. The bars (issue 28): all_reduce on 1024 GPUs under 10 s, on 8192 under 120 s
+  and 4 GB; all_gather, reduce_scatter and alltoall on 1024 under 60 s each. all_reduce runs with
+  SHARP (NCCL's choice is NVLS across nodes; every node behaves alike and is simulated once) and
+  without (NVLS Tree: the two trees together set every node apart, so up to 128 nodes every node is
+  simulated, and beyond that each channel's nodes are split on their own — `split` says which).
 `--plot FILE` draws the growth series (seconds and transfers) to a PNG. Run:
 
     python benchmarks/bench_des.py [--plot docs/des-cost.png] [--repeat 1] [--scale 16 128]
+    python benchmarks/bench_des.py --only-scale --scale 8 32 128 --collectives all_reduce all_gather
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ import resource
 import subprocess
 import sys
 import time
+
+import simpy
 
 from nicksim.calls import call_for_size
 from nicksim.job import JobSpec, load_job
@@ -93,21 +99,40 @@ def growth(repeat: int) -> dict[str, list[tuple]]:
     return series
 
 
-def one_large(nodes: int, sharp: bool) -> dict:
-    """One 1 GiB all_reduce on `nodes` DGX H100 (run in a child process, so its memory is its own)."""
+def bare_simpy_s(n_events: int, n_processes: int = 1000) -> float:
+    """CPU seconds a bare SimPy loop takes for `n_events` events: `n_processes` processes each
+    waiting on timeouts (one event and one process resumption each, nothing else)."""
+    env = simpy.Environment()
+    per = max(1, n_events // n_processes)
+
+    def waits():
+        for _ in range(per):
+            yield env.timeout(1.0)
+
+    for _ in range(n_processes):
+        env.process(waits())
+    start = time.process_time()
+    env.run()
+    return time.process_time() - start
+
+
+def one_large(nodes: int, sharp: bool, collective: str = "all_reduce") -> dict:
+    """One 1 GiB call on `nodes` DGX H100 (run in a child process, so that its memory and CPU time
+    are its own), and a bare SimPy loop of the same event count measured after it."""
     env = {"NCCL_COLLNET_ENABLE": "1"} if sharp else {}
-    start = time.perf_counter()
+    start = time.process_time()
     job = load_job(JobSpec(system="dgx-h100", nodes=nodes, sharp=sharp), read_params(env))
-    call = call_for_size("all_reduce", 1 << 30, "float", "sum", 0, job.nranks)
+    call = call_for_size(collective, 1 << 30, "float", "sum", 0, job.nranks)
     from nicksim.engines import model_result
     model_us = model_result(job, call).time_us
-    loaded = time.perf_counter()
+    loaded = time.process_time()
     run = simulate(des_setup(job), call)
-    done = time.perf_counter()
-    return {"gpus": job.nranks, "sharp": sharp, "algorithm": run.plan.algorithm, "des_us": run.time_us,
-            "model_us": model_us, "load_s": loaded - start, "des_s": done - loaded, "classes": run.n_node_classes,
-            "split": "exact" if run.exact else "per-channel",
-            "maxrss_mib": peak_rss_mib()}
+    done = time.process_time()
+    rss = peak_rss_mib()
+    return {"gpus": job.nranks, "sharp": sharp, "collective": collective, "algorithm": run.plan.algorithm,
+            "protocol": run.plan.protocol, "des_us": run.time_us, "model_us": model_us, "load_s": loaded - start,
+            "des_s": done - loaded, "events": run.n_events, "bare_s": bare_simpy_s(run.n_events),
+            "classes": run.n_node_classes, "split": "exact" if run.exact else "per-channel", "maxrss_mib": rss}
 
 
 def peak_rss_mib() -> float:
@@ -119,17 +144,21 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def scale(node_counts: list[int]) -> None:
-    print("# scale: one 1 GiB all_reduce, each in its own process")
-    print(f"# {'GPUs':>5} {'SHARP':>5} {'algorithm':>9} {'des s':>7} {'MiB':>6} {'classes':>7} {'split':>11}  "
-          "des vs model time")
-    for sharp in (True, False):
-        for nodes in node_counts:
-            out = subprocess.run([sys.executable, __file__, "--one", str(nodes)] + (["--sharp"] if sharp else []),
-                                 capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout)
-            print(f"  {r['gpus']:>5} {'yes' if sharp else 'no':>5} {r['algorithm']:>9} {r['des_s']:>7.1f} "
-                  f"{r['maxrss_mib']:>6.0f} {r['classes']:>7} {r['split']:>11}  {r['des_us']:.0f} vs {r['model_us']:.0f} us")
+def scale(node_counts: list[int], collectives: list[str]) -> None:
+    print("# scale: one 1 GiB call, each in its own process; CPU seconds of the simulation (des s), of a bare")
+    print("# SimPy loop of as many events in the same process (bare s), and their ratio")
+    print(f"# {'coll':<14} {'GPUs':>5} {'SHARP':>5} {'algorithm':>15} {'des s':>7} {'events':>9} {'bare s':>7} "
+          f"{'x bare':>6} {'MiB':>6} {'classes':>7} {'split':>11}  des vs model time")
+    for collective in collectives:
+        for sharp in (True, False) if collective == "all_reduce" else (False,):
+            for nodes in node_counts:
+                out = subprocess.run([sys.executable, __file__, "--one", str(nodes), "--collectives", collective]
+                                     + (["--sharp"] if sharp else []), capture_output=True, text=True, check=True)
+                r = json.loads(out.stdout)
+                algo = f"{r['algorithm']}/{r['protocol']}"
+                print(f"  {collective:<14} {r['gpus']:>5} {'yes' if sharp else 'no':>5} {algo:>15} {r['des_s']:>7.1f} "
+                      f"{r['events']:>9} {r['bare_s']:>7.2f} {r['des_s'] / r['bare_s']:>6.0f} {r['maxrss_mib']:>6.0f} "
+                      f"{r['classes']:>7} {r['split']:>11}  {r['des_us']:.0f} vs {r['model_us']:.0f} us", flush=True)
 
 
 def plot(series: dict[str, list[tuple]], path: str) -> None:
@@ -162,11 +191,17 @@ def main() -> None:
     parser.add_argument("--plot", metavar="FILE", help="write the growth plot (PNG)")
     parser.add_argument("--scale", type=int, nargs="*", default=[4, 16, 64, 128], metavar="NODES",
                         help="node counts of the scale part (default 4 16 64 128)")
+    parser.add_argument("--collectives", nargs="+", default=["all_reduce"], metavar="COLL",
+                        help="collectives of the scale part (default all_reduce)")
+    parser.add_argument("--only-scale", action="store_true", help="run the scale part alone")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sharp", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one_large(args.one, args.sharp)))
+        print(json.dumps(one_large(args.one, args.sharp, args.collectives[0])))
+        return
+    if args.only_scale:
+        scale(args.scale, args.collectives)
         return
     sweeps(args.repeat)
     series = growth(args.repeat)
@@ -174,7 +209,7 @@ def main() -> None:
     if args.plot:
         plot(series, args.plot)
     if args.scale:
-        scale(args.scale)
+        scale(args.scale, args.collectives)
 
 
 if __name__ == "__main__":

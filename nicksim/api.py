@@ -46,7 +46,6 @@ from .topology.catalog import CATALOG, DEFAULT_SYSTEM, HOST_SYSTEM
 from .topology.hardware import FABRICS, GPU_MODELS
 from .topology.system import format_system
 from .topology.xml import dump_topo_xml
-from .studies import figures
 from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
 
 __all__ = [
@@ -685,3 +684,12 @@ def dashboard_command(host: str = "localhost", port: int = 8501) -> list[str]:
             "--server.address", host, "--server.port", str(port), "--browser.gatherUsageStats", "false",
             "--server.fileWatcherType", "none", "--global.developmentMode", "false", "--logger.level", "error",
             "--client.toolbarMode", "viewer"]
+
+
+def __getattr__(name: str):
+    """`figures` (matplotlib drawings) is imported on first use: a run that draws nothing does not
+    pay for matplotlib."""
+    if name == "figures":
+        from .studies import figures
+        return figures
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

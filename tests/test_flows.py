@@ -73,3 +73,26 @@ def test_a_shared_scratch_changes_nothing_and_is_left_as_given():
                                   scratch=scratch)
     assert rates.tolist() == [4 / 3, 4 / 3]
     assert sorted(busy.tolist()) == [1, 6]
+
+
+def test_a_reused_workspace_gives_what_fresh_arrays_give():
+    # The network keeps one Workspace for all its divisions, big ones and small ones in any order:
+    # what an earlier division left in it must never show in a later one.
+    import numpy as np
+
+    from nicksim.model.flows import Workspace, fair_rates_flat
+    rng = np.random.default_rng(7)
+    capacity = rng.uniform(0.5, 50.0, 64)
+    capacity[[3, 17]] = 0.0  # dead links: their transfers never move
+    work = Workspace()
+    for n in [40, 3, 120, 1, 0, 77, 5, 200, 2]:
+        sizes = rng.integers(0, 6, n)
+        links = np.concatenate([rng.choice(64, k, replace=False) for k in sizes]) if n else np.zeros(0, np.int64)
+        times = rng.integers(1, 3, links.size).astype(float)
+        skip = rng.random(n) < 0.2
+        args = (links, times, sizes, capacity, skip)
+        fresh_rates, fresh_busy = fair_rates_flat(*args)
+        rates, busy = fair_rates_flat(*args, None, work)
+        assert rates.tolist() == fresh_rates.tolist()
+        assert sorted(busy.tolist()) == sorted(fresh_busy.tolist())
+    assert work.pairs.shape[1] >= 200  # grown to the largest division and kept

@@ -380,7 +380,7 @@ def test_check_catches_a_missing_primitive(ring_case):
 def test_check_catches_a_wrong_peer(ring_case):
     call, programs = ring_case
     def wrong(prims):
-        prims[0] = replace(prims[0], send_to=((prims[0].send_to[0] + 1) % 8,))
+        prims[0] = prims[0]._replace(send_to=((prims[0].send_to[0] + 1) % 8,))
         return prims
     with pytest.raises(PlanCheckError):
         check_programs(call, _edit(programs, 2, wrong))
@@ -390,7 +390,7 @@ def test_check_catches_a_double_reduction(ring_case):
     call, programs = ring_case
     def twice(prims):
         i = next(i for i, p in enumerate(prims) if p.op == "recvCopySend")
-        prims[i] = replace(prims[i], op="recvReduceCopySend")
+        prims[i] = prims[i]._replace(op="recvReduceCopySend")
         return prims
     with pytest.raises(PlanCheckError, match="twice"):
         check_programs(call, _edit(programs, 5, twice))
@@ -623,7 +623,7 @@ def test_pat_moves_the_bandwidth_optimal_volume(coll):
 def _edit_pat(programs, rank, index, **changes):
     prog = programs[rank][0]
     prims = list(prog.streams[0].prims)
-    prims[index] = replace(prims[index], pat=replace(prims[index].pat, **changes))
+    prims[index] = prims[index]._replace(pat=replace(prims[index].pat, **changes))
     out = dict(programs)
     out[rank] = (ChannelProgram(prog.channel, (Stream("pat", tuple(prims)),)),) + programs[rank][1:]
     return out

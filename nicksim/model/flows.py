@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-__all__ = ["max_min_rates", "fair_rates_flat"]
+__all__ = ["max_min_rates", "fair_rates_flat", "Workspace"]
 
 _FULL = 1e-9  # relative slack under which a link counts as full
 
@@ -30,41 +30,72 @@ def max_min_rates(routes: Sequence[Sequence[int]], capacity_gbps: Sequence[float
     return fair_rates_flat(link, times, sizes, np.asarray(capacity_gbps, dtype=float))[0].tolist()
 
 
+class Workspace:
+    """Arrays fair_rates_flat works in, kept between calls and grown as needed: a network that
+    divides its links thousands of times would otherwise allocate (and fault in) fresh pages of
+    the size of every (transfer, link) pair at each division."""
+
+    def __init__(self):
+        self.pairs = np.empty((3, 0), dtype=np.int64)     # link numbers, their ids, transfers per link
+        self.links = np.empty((5, 0), dtype=np.int64)     # CSR offsets, counts, fill, links in use, full
+        self.link_f = np.empty((3, 0), dtype=np.float64)  # capacity, capacity left, weight
+        self.firsts = np.empty(0, dtype=np.int64)
+        self.active = np.empty(0, dtype=np.bool_)
+
+    def fit(self, n_transfers: int, n_pairs: int) -> None:
+        n_pairs = max(n_pairs, 1)
+        if self.pairs.shape[1] < n_pairs:
+            size = max(n_pairs, 2 * self.pairs.shape[1])
+            self.pairs = np.empty((3, size), dtype=np.int64)
+            self.links = np.empty((5, size + 1), dtype=np.int64)
+            self.link_f = np.empty((3, size), dtype=np.float64)
+        if self.active.size < n_transfers:
+            size = max(n_transfers, 2 * self.active.size)
+            self.firsts = np.empty(size + 1, dtype=np.int64)
+            self.active = np.empty(size, dtype=np.bool_)
+
+
 def fair_rates_flat(link: np.ndarray, times: np.ndarray, sizes: np.ndarray, capacity_gbps: np.ndarray,
-                    skip: np.ndarray | None = None, scratch: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray]:
+                    skip: np.ndarray | None = None, scratch: np.ndarray | None = None,
+                    work: Workspace | None = None) -> tuple[np.ndarray, np.ndarray]:
     """max_min_rates over the (transfer, link) pairs already laid out flat, as the network keeps
     them: transfer i owns the next `sizes[i]` pairs, pair k crossing `link[k]` `times[k]` times.
     Transfers marked in `skip` are left out (rate 0, their links not counted). Returns the rates
     and the links that the transfers that move keep busy. `scratch`, one int64 per link holding
     -1, lets a caller that divides the same links many times keep the work in proportion to the
-    pairs rather than to every link of the fabric (it is left as it was given)."""
+    pairs rather than to every link of the fabric (it is left as it was given); `work` keeps the
+    arrays the division works in from one call to the next."""
     if skip is None:
         skip = np.zeros(len(sizes), dtype=np.bool_)
     if scratch is None:
         scratch = np.full(len(capacity_gbps), -1, dtype=np.int64)
-    return _progressive_filling(np.ascontiguousarray(link, dtype=np.int64),
-                                np.ascontiguousarray(times, dtype=np.float64),
-                                np.ascontiguousarray(sizes, dtype=np.int64),
+    link = np.ascontiguousarray(link, dtype=np.int64)
+    sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+    work = work or Workspace()
+    work.fit(sizes.size, link.size)
+    return _progressive_filling(link, np.ascontiguousarray(times, dtype=np.float64), sizes,
                                 np.ascontiguousarray(capacity_gbps, dtype=np.float64),
-                                np.ascontiguousarray(skip, dtype=np.bool_), scratch)
+                                np.ascontiguousarray(skip, dtype=np.bool_), scratch,
+                                work.pairs, work.links, work.link_f, work.firsts, work.active)
 
 
 @numba.njit(cache=True)
-def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch):  # pragma: no cover - compiled
+def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch, pairs, links, link_f, firsts,
+                         actives):  # pragma: no cover - compiled
     # Each round raises every active transfer's rate by the largest step no link can refuse, then
     # freezes the transfers on the links it filled. Compiled: the network divides its links
     # thousands of times per call, over tens of thousands of (transfer, link) pairs, and each round
     # touches only the links still in use and the pairs of the transfers it freezes. The links the
     # pairs cross are numbered 0.. first (scratch maps a link to its number), so that nothing here
-    # grows with the links no transfer crosses.
+    # grows with the links no transfer crosses. Every array but the rates lives in the workspace.
     n = sizes.size
     rates = np.zeros(n)
-    first = np.zeros(n + 1, dtype=np.int64)
+    first = firsts[:n + 1]
+    first[0] = 0
     for i in range(n):
         first[i + 1] = first[i] + sizes[i]
-    ids = np.empty(link_ids.size, dtype=np.int64)
-    link = np.empty(link_ids.size, dtype=np.int64)
+    ids = pairs[0]
+    link = pairs[1]
     n_links = 0
     for i in range(n):
         if skip[i]:
@@ -78,14 +109,18 @@ def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch):  
             link[k] = scratch[x]
     for j in range(n_links):
         scratch[ids[j]] = -1
-    capacity = np.empty(n_links)
+    capacity = link_f[0, :n_links]
+    left = link_f[1, :n_links]
+    weight = link_f[2, :n_links]
     for j in range(n_links):
         capacity[j] = capacity_all[ids[j]]
-    left = capacity.copy()
-    active = np.zeros(n, dtype=np.bool_)
-    on_link = np.zeros(n_links + 1, dtype=np.int64)  # active pairs per link, then CSR offsets
-    weight = np.zeros(n_links)
+        left[j] = capacity[j]
+        weight[j] = 0.0
+    active = actives[:n]
+    on_link = links[0, :n_links + 1]  # active pairs per link, then CSR offsets
+    on_link[:] = 0
     for i in range(n):
+        active[i] = False
         if sizes[i] == 0:
             rates[i] = np.inf
             continue
@@ -100,20 +135,28 @@ def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch):  
             for k in range(first[i], first[i + 1]):
                 on_link[link[k] + 1] += 1
                 weight[link[k]] += times[k]
-    count = on_link[1:].copy()
+    count = links[1, :n_links]
+    for j in range(n_links):
+        count[j] = on_link[j + 1]
     for j in range(n_links):
         on_link[j + 1] += on_link[j]
-    crossing = np.empty(on_link[n_links], dtype=np.int64)  # per link, the transfers crossing it
-    fill = on_link[:-1].copy()
+    crossing = pairs[2]  # per link, the transfers crossing it
+    fill = links[2, :n_links]
+    for j in range(n_links):
+        fill[j] = on_link[j]
     for i in range(n):
         if active[i]:
             for k in range(first[i], first[i + 1]):
                 crossing[fill[link[k]]] = i
                 fill[link[k]] += 1
-    used = np.flatnonzero(count > 0)
-    busy = used.copy()
-    m = used.size
-    full = np.empty(m, dtype=np.int64)
+    used = links[3]
+    m = 0
+    for j in range(n_links):
+        if count[j] > 0:
+            used[m] = j
+            m += 1
+    busy = ids[used[:m]]
+    full = links[4]
     level = 0.0
     while m > 0:
         step = np.inf
@@ -146,4 +189,4 @@ def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch):  
                 used[kept] = used[j]
                 kept += 1
         m = kept
-    return rates, ids[busy]
+    return rates, busy

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+import numba
+import numpy as np
 import simpy
 
-import numpy as np
-
-from .flows import fair_rates_flat
+from .flows import Workspace, fair_rates_flat
 
 __all__ = ["FluidNetwork"]
 
@@ -31,6 +31,41 @@ _BYTES_PER_US = 1e3  # per GB/s
 _DONE = 1e-6         # bytes under which a transfer counts as arrived (float residue)
 _LATE = 2            # SimPy priority after NORMAL: runs once everything else at this instant has
 _EPS_US = 1e-9       # transfers this close to arriving arrive together
+
+
+@numba.njit(cache=True)
+def _first_wait(rate, left, head):  # pragma: no cover - compiled
+    # The time until the first moving transfer (or the first step it awaits) arrives; inf if none
+    # moves. One pass where numpy would make five temporaries: this runs at every division.
+    wait = np.inf
+    for i in range(rate.size):
+        if rate[i] > 0:
+            target = head[i] if head[i] > 0.0 else 0.0
+            w = (left[i] - target) / (rate[i] * _BYTES_PER_US)
+            if w < wait:
+                wait = w
+    return wait
+
+
+@numba.njit(cache=True)
+def _arrivals(rate, left, head):  # pragma: no cover - compiled
+    # The transfers whose first step is in, then those wholly in (within float residue), in
+    # row order; the first steps found are marked done (head -inf).
+    heads = np.empty(rate.size, dtype=np.int64)
+    gone = np.empty(rate.size, dtype=np.int64)
+    n_heads = n_gone = 0
+    for i in range(rate.size):
+        slack = rate[i] * (_BYTES_PER_US * _EPS_US)
+        if slack < _DONE:
+            slack = _DONE
+        if left[i] - head[i] <= slack:
+            heads[n_heads] = i
+            n_heads += 1
+            head[i] = -np.inf
+        if left[i] <= slack:
+            gone[n_gone] = i
+            n_gone += 1
+    return heads[:n_heads], gone[:n_gone]
 
 
 class _Transfer:
@@ -102,9 +137,10 @@ class FluidNetwork:
             ("_pair_times", float))}
         self._views()
         self._holes = 0
-        self.bytes_on = [0.0] * len(self.capacity)
+        self._shape_nbytes: list[float] = []  # bytes started per shape (its id): see bytes_on
         self._busy_us = np.zeros(len(self.capacity))
         self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)  # flows.py's link numbering
+        self._work = Workspace()  # and the arrays it divides in
         self._busy = np.zeros(0, dtype=np.int64)  # links carrying something since `_busy_since`
         self._busy_since = 0.0
         self._since = 0.0
@@ -129,6 +165,16 @@ class FluidNetwork:
         self._hold_wake = 0
         self.n_divisions = 0
         self.n_transfers = 0
+
+    @property
+    def bytes_on(self) -> list[float]:
+        """The bytes each link has carried or been given to carry (a link crossed twice, twice)."""
+        total = np.zeros(len(self.capacity))
+        for shape in self._shapes.values():
+            nbytes = self._shape_nbytes[shape[4]]
+            if nbytes:
+                total[shape[2]] += shape[3] * nbytes  # a shape's links are distinct
+        return total.tolist()
 
     @property
     def busy_us(self) -> np.ndarray:
@@ -175,6 +221,7 @@ class FluidNetwork:
                 counts[links == link] *= cost
             shape = self._shapes[key] = (route, use, links, counts, len(self._shapes),
                                          sum(self.latency[link] for link in route))
+            self._shape_nbytes.append(0.0)
         return shape
 
     def set_capacity(self, link: int, bw_gbps: float) -> None:
@@ -197,8 +244,7 @@ class FluidNetwork:
             return
         # A new transfer waits at rate 0 for the division of this instant, which takes it in.
         item.began = self.env.now
-        for link, times in zip(item.links.tolist(), item.counts.tolist()):
-            self.bytes_on[link] += item.left * times
+        self._shape_nbytes[item.shape] += item.left  # spread over the links when asked (bytes_on)
         self._new.append(item)
         self._later()
 
@@ -225,26 +271,27 @@ class FluidNetwork:
         bytes, rates, first-step marks and (link, times) pairs live in arrays aligned with `moving`."""
         self._pending = False
         self._advance()
-        new = self._new
-        started = Counter(item.shape for item in new)
+        new, gone = self._new, self._gone
+        started = Counter(item.shape for item in new) if new else {}
         if new:
             self._take_in(new)
-        if self._dirty or any(started[x] > self._gone[x] for x in started):
+        if self._dirty or any(k > gone[x] for x, k in started.items()):
             self._divide()
         else:  # each new transfer took the place (and the rate) of an arrived one of its shape
-            self._gone.subtract(started)
-            if not +self._gone:
+            for x, k in started.items():
+                if gone[x] == k:
+                    del gone[x]
+                else:
+                    gone[x] -= k
+            if not gone:
                 self._release()
             elif self.env.now >= self._held_until:
                 self._divide()
         self._wake += 1
-        moving_on = self._rate > 0
-        if moving_on.any():
-            speed = self._rate[moving_on] * _BYTES_PER_US
-            target = np.maximum(self._head[moving_on], 0.0)  # the first step, where one is awaited
-            wait = float(np.min((self._left[moving_on] - target) / speed))
+        wait = _first_wait(self._rate, self._left, self._head)  # to the first step, where one is awaited
+        if wait < np.inf:
             wake = self._wake
-            self.env.timeout(max(0.0, wait)).callbacks.append(lambda _: self._arrive(wake))
+            self.env.timeout(max(0.0, float(wait))).callbacks.append(lambda _: self._arrive(wake))
 
     def _release(self) -> None:
         """Forget the arrived transfers' shares: the links were divided, or all were taken again."""
@@ -303,7 +350,7 @@ class FluidNetwork:
         self._release()
         if len(self.moving) > self._holes:
             self._rate[:], busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
-                                                  self._gone_at, self._scratch)
+                                                  self._gone_at, self._scratch, self._work)
         else:
             self._rate[:] = 0.0
             busy = np.zeros(0, dtype=np.int64)
@@ -325,12 +372,9 @@ class FluidNetwork:
         if wake != self._wake:
             return  # the links were re-divided since this wake-up was planned
         self._advance()
-        slack = np.maximum(_DONE, self._rate * (_BYTES_PER_US * _EPS_US))
-        heads = np.flatnonzero(self._left - self._head <= slack)
+        heads, gone = _arrivals(self._rate, self._left, self._head)
         for i in heads.tolist():
-            self._head[i] = -np.inf
             self._fire_head(self.moving[i])
-        gone = np.flatnonzero(self._left <= slack)
         if gone.size:
             done = [self.moving[i] for i in gone.tolist()]
             for i, item in zip(gone.tolist(), done):
@@ -348,8 +392,11 @@ class FluidNetwork:
         self._later()
 
     def _after(self, delay: float, event: simpy.Event) -> None:
+        """`event` fired `delay` from now: scheduled there directly, one event rather than a
+        timeout whose callback fires it."""
         if delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _: event.succeed())
+            event._ok, event._value = True, None
+            self.env.schedule(event, simpy.events.NORMAL, delay)
         else:
             event.succeed()
 

@@ -134,7 +134,7 @@ class Router:
         gpu = self._gpu(src)
         hops = [(gpu, send_net)] if proxy == l1 else [(gpu, s.gpu_by_rank(proxy)), (s.gpu_by_rank(proxy), send_net)]
         head = tuple(link for a, b in hops for link in node_route(self.fabric, n1, a, b))
-        cables = cable_routes(self.fabric, (n1, self._port(send_net)), (n2, self._port(recv_net)))
+        cables = self._port_cables((n1, self._port(send_net)), (n2, self._port(recv_net)))
         return head, cables, node_route(self.fabric, n2, recv_net, self._gpu(dst))
 
     def _p2p_net(self, local: int, peer_dev: int, channel: int) -> tuple:
@@ -180,8 +180,12 @@ class Router:
 
     def _cables(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
         n1, n2 = src // self.per_node, dst // self.per_node
-        return cable_routes(self.fabric, (n1, self._port(self._net(channel, src))),
-                            (n2, self._port(self._net(channel, dst))))
+        return self._port_cables((n1, self._port(self._net(channel, src))), (n2, self._port(self._net(channel, dst))))
+
+    def _port_cables(self, src: tuple[int, int], dst: tuple[int, int]) -> tuple[tuple[int, ...], ...]:
+        """cable_routes between two NIC ports, looked up once per pair of ports: the channels and
+        GPUs that share a NIC share its routes."""
+        return self._cached(("cables", src, dst), lambda: cable_routes(self.fabric, src, dst))
 
     def nvls_up(self, node: int, local: int) -> tuple[int, ...]:
         return self._nvs(node, local, up=True)

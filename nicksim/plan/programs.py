@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from ..calls import Call
 from ..errors import UsageError
@@ -28,13 +29,14 @@ from .pat import PatSlots, pat_ops
 __all__ = ["Prim", "Stream", "ChannelProgram", "NVLS_SWITCH", "rank_programs", "nvls_tree_links"]
 
 
-@dataclass(frozen=True)
-class Prim:
+class Prim(NamedTuple):
     """One device primitive: `op` over `nelem` elements at `offset` of the call's element space,
     receiving from `recv_from` and sending to `send_to` (ranks; -2 is the NVLS multicast switch,
     -3 the CollNet switch) over connection `conn` of each peer.
     nelem may be 0: NCCL still runs the step (it carries no data but keeps the FIFOs in step).
-    PAT primitives (patReduce, patCopy) also carry their step-buffer coordinates in `pat`."""
+    PAT primitives (patReduce, patCopy) also carry their step-buffer coordinates in `pat`.
+    Immutable like the other stages' records, but a named tuple: a large call's programs hold
+    hundreds of thousands of them, and a tuple is made in less than half a frozen dataclass's time."""
 
     op: str
     offset: int
