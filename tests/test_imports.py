@@ -118,3 +118,14 @@ def test_modules_declare_all():
         names = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
                  if isinstance(t, ast.Name)}
         assert "__all__" in names, f"{path.relative_to(PACKAGE)} has no __all__"
+
+
+def test_the_command_line_does_not_load_matplotlib_until_it_draws():
+    # every `nicksim` command pays for what it imports: matplotlib is for pictures only
+    import subprocess
+    import sys
+    code = "import sys, nicksim.cli; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    code = "import sys; from nicksim import api; api.figures; print('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
