@@ -94,8 +94,8 @@ def test_where_the_cache_is():
 
 def test_the_key_is_the_same_in_every_process():
     # str hashes differ per process (PYTHONHASHSEED): the key must not depend on them
-    code = ("import sys; sys.path.insert(0, 'tests'); from conftest import build; from nicksim.graph.cache import search_key; "
-            "print(search_key(build('dgx-h100', nodes=2)[1]), search_key(build('gb200-nvl72')[1]))")
+    code = ("import sys; sys.path.insert(0, 'tests'); from conftest import build; "
+            "from nicksim.graph.cache import search_key; print(search_key(build('dgx-h100', nodes=2)[1]), search_key(build('gb200-nvl72')[1]))")
     keys = {subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert len(keys) == 1 and len(next(iter(keys)).split()) == 2

@@ -88,21 +88,25 @@ def _from_json(data: dict) -> Graph:
     return Graph(**{name: _tuples(value) for name, value in data.items()})
 
 
-def _load(file: Path) -> list:
+def _load(file: Path) -> list[dict]:
+    """The file's entries of the expected shape; anything else in it is dropped (and so replaced)."""
     try:
         entries = json.loads(file.read_text())
     except (OSError, ValueError):
         return []
-    return entries if isinstance(entries, list) else []
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("reads"), dict)
+            and isinstance(e.get("graphs"), dict)]
 
 
-def _find(entries: list, params: Params) -> dict[str, Graph] | None:
+def _find(entries: list[dict], params: Params) -> dict[str, Graph] | None:
     for entry in entries:
-        try:
-            if all(_plain(params.get(name)) == value for name, value in entry["reads"].items()):
+        if all(_plain(params.get(name)) == value for name, value in entry["reads"].items()):
+            try:
                 return {name: _from_json(data) for name, data in entry["graphs"].items()}
-        except (KeyError, TypeError, AttributeError):
-            return None  # an entry of another shape: searched again, and replaced
+            except TypeError:
+                return None  # graphs of another layout: searched again
     return None
 
 

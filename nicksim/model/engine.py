@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
+from typing import NamedTuple
 
 import simpy
 
@@ -215,6 +216,23 @@ class HangReport:
         return out
 
 
+class _PrimSetup(NamedTuple):
+    """What every slice of one primitive shares (`_Sim._prim_setup`)."""
+
+    targets: list[int]                 # the ranks it sends to (the switches left out)
+    route: tuple[int, ...]
+    hw: str                            # the hardware row that prices its steps
+    route_lat: float | None
+    shares: tuple[tuple[int, float], ...]
+    net_out: set[int]                  # stand-ins of the peers it reaches over the network
+    posts: tuple[int, ...]             # the proxy threads that post its network steps
+    by_message: bool                   # its route moves on per message (round-robin queue pairs)
+    peers_in: list[int]
+    peers_out: list[int]
+    costly: tuple[tuple[int, float], ...]  # multimem links and what a byte costs on them
+    lat: float                         # its step latency
+
+
 @dataclass(frozen=True)
 class _Shape:
     """What `_Sim._route` reads of a primitive."""
@@ -370,7 +388,7 @@ class _Sim:
         self.collapse: Collapse | None = None  # set before run() where nodes behave alike
         self.simulated: frozenset[int] = frozenset()  # with a collapse: the ranks that run a channel
         self.routes: dict[tuple, tuple] = {}
-        self._prim_setups: dict[tuple, tuple] = {}
+        self._prim_setups: dict[tuple, _PrimSetup] = {}
         self.pat_conns: dict[tuple, list[int]] = {}
         self.last_progress = 0.0
         self.done_ranks: set[int] = set()
@@ -607,7 +625,7 @@ class _Sim:
                     self._notify(("slot", channel, src, rank, cid))
 
     def _prim_setup(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, protocol: str
-                    ) -> tuple:
+                    ) -> _PrimSetup:
         """What every slice of `prim` shares, whatever its size: its route (links, hardware row,
         latency, shares), the peers it reads from and writes to (their stand-ins), which of those
         are over the network and the proxy threads that post to them, and its multimem costs and step
@@ -632,8 +650,8 @@ class _Sim:
         costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
                   if multimem else ())
         lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
-        got = self._prim_setups[key] = (targets, route, hw, route_lat, shares, net_out, posts, by_message,
-                                        peers_in, peers_out, costly, lat)
+        got = self._prim_setups[key] = _PrimSetup(targets, route, hw, route_lat, shares, net_out, posts, by_message,
+                                                  peers_in, peers_out, costly, lat)
         return got
 
     def _pat_stream(self, c: _CallRun, rank: int, channel: int, stream, state: list, protocol: str):
