@@ -388,6 +388,7 @@ class _Sim:
         self.collapse: Collapse | None = None  # set before run() where nodes behave alike
         self.simulated: frozenset[int] = frozenset()  # with a collapse: the ranks that run a channel
         self.routes: dict[tuple, tuple] = {}
+        self._fabric_routes: dict[tuple, tuple[int, ...]] = {}
         self._prim_setups: dict[tuple, _PrimSetup] = {}
         self.pat_conns: dict[tuple, list[int]] = {}
         self.last_progress = 0.0
@@ -499,9 +500,16 @@ class _Sim:
 
     def _links_but_ctas(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int
                         ) -> tuple[int, ...]:
-        """The fabric links of `prim`'s route (the CTA links differ by channel by construction)."""
-        route = self._route(c, prim, rank, channel, node, local, [d for d in prim.send_to if d >= 0])[0]
-        return tuple(link for link in route if link < self.router.cta_base)
+        """The fabric links of `prim`'s route (the CTA links differ by channel by construction): the
+        same on every channel of one routing key (Router.channel_key) where no collapse maps peers
+        per channel, so worked out once per key."""
+        where = channel if self.collapse is not None else c.router.channel_key(channel)
+        key = (c, prim.op, prim.recv_from, prim.send_to, rank, where)
+        links = self._fabric_routes.get(key)
+        if links is None:
+            route = self._route(c, prim, rank, channel, node, local, [d for d in prim.send_to if d >= 0])[0]
+            links = self._fabric_routes[key] = tuple(link for link in route if link < self.router.cta_base)
+        return links
 
     def _link_down(self, fault: Fault):
         yield self.env.timeout(fault.at_us)
@@ -1000,9 +1008,10 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
         faulty.setdefault(root_node, set()).add((-1, "root"))
 
     def route_cables(channel: int, src: int, dst: int):
-        paths = sim.router.peer_paths(channel, src, dst) if sim.multipath else (sim.router.peer(channel, src, dst)[0],)
+        paths = sim.router.net_cables(channel, src, dst)
+        paths = paths if sim.multipath else paths[:1]
         used = paths[:sim.ib.n_used(len(paths))]  # the spine routes its queue pairs or adaptive routing take
-        cables = tuple(dict.fromkeys(link for path in used for link in path if node_links <= link < len(fabric.links)))
+        cables = tuple(dict.fromkeys(link for path in used for link in path))
         colours = tuple(hash((fabric.links[x].bw_gbps, fabric.links[x].lat_us, marks.get(x))) for x in cables)
         return cables, colours
 

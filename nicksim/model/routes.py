@@ -104,6 +104,12 @@ class Router:
         head, cables, tail = self._net_parts(channel, src, dst)
         return tuple(head + c + tail for c in cables)
 
+    def net_cables(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
+        """The cables alone of `peer_paths` between ranks on different nodes, D-mod-K's first."""
+        if self.p2p:
+            return self._net_parts(channel, src, dst)[1]
+        return self._cables(channel, src, dst)
+
     def _net_parts(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
         """A NET connection as (sender's GPU to its NIC, the cables of every spine route, the
         receiver's NIC to its GPU)."""
@@ -112,13 +118,29 @@ class Router:
         return self._net_leg(channel, src, send=True), self._cables(channel, src, dst), \
             self._net_leg(channel, dst, send=False)
 
+    def channel_key(self, channel: int) -> tuple:
+        """What the fabric links of a connection on `channel` depend on besides its two ranks: the NIC
+        each local rank's channel goes out through, and the one of the graph channel its CollNet head
+        talks to the switch on. Channels with one key route every connection over the same fabric
+        links (their CTA and connection links differ by construction); point-to-point channels pick
+        NICs per peer, so each has its own key."""
+        if self.p2p:
+            return ("p2p", channel)
+        return self._cached(("key", channel), lambda: tuple(
+            (self._nic(channel, local), self._nic(self._collnet_channel(channel, local), local))
+            for local in range(self.per_node)))
+
     def _net(self, channel: int, rank: int) -> int:
-        net = self._nvls_net(channel, rank) if self.graph.pattern == _PATTERN_NVLS \
-            else channel_net(self.paths, self.graph, channel, rank)
+        net = self._nic(channel, rank % self.per_node)
         if net is None:
             raise UsageError(f"channel {channel} of the {self.graph_name} graph has no NIC for rank {rank}",
                              "model", "a system whose nodes have NICs")
         return net
+
+    def _nic(self, channel: int, local: int) -> int | None:
+        """The NIC a local rank's channel goes out through (None without one): the same on every node."""
+        return self._cached(("net", channel, local), lambda: self._nvls_net(channel, local)
+                            if self.graph.pattern == _PATTERN_NVLS else channel_net(self.paths, self.graph, channel, local))
 
     def _p2p_net_parts(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
         """Point-to-point over the network: the sender's NIC as ncclTopoGetNetDev picks it for the peer
@@ -152,9 +174,15 @@ class Router:
         return next((n for n in self.system.nets() if self.system.nodes[n].id == net_id), None)
 
     def _net_leg(self, channel: int, rank: int, send: bool) -> tuple[int, ...]:
-        """GPU to NIC (send) or NIC to GPU (receive), as GDR and PXN decided."""
+        """GPU to NIC (send) or NIC to GPU (receive), as GDR and PXN decided: the same in every node
+        copy but for where its links are numbered, so worked out once per local rank."""
         node, local = divmod(rank, self.per_node)
-        net, gpu = self._net(channel, rank), self._gpu(rank)
+        leg = self._cached(("leg", channel, local, send), lambda: self._first_node_leg(channel, local, send))
+        base = node * self.fabric.per_node
+        return tuple(base + link for link in leg)
+
+    def _first_node_leg(self, channel: int, local: int, send: bool) -> tuple[int, ...]:
+        net, gpu = self._net(channel, local), self._gpu(local)
         gdr = (self.paths.gdr_send if send else self.paths.gdr_recv).get((local, net))
         hops: list[tuple[int, int]] = []
         if send and gdr is not None and gdr.proxy_rank != local:
@@ -167,7 +195,7 @@ class Router:
             hops = [(gpu, net)]
         if not send:
             hops = [(b, a) for a, b in reversed(hops)]
-        return tuple(link for a, b in hops for link in node_route(self.fabric, node, a, b))
+        return tuple(link for a, b in hops for link in node_route(self.fabric, 0, a, b))
 
     def _cpu_near(self, gpu: int) -> int:
         def hops(cpu: int) -> int:
@@ -218,12 +246,14 @@ class Router:
     def _collnet(self, channel: int, rank: int, up: bool) -> tuple[int, ...]:
         return self._cached(("collnet", channel, rank, up), lambda: self._collnet_route(channel, rank, up))
 
+    def _collnet_channel(self, channel: int, local: int) -> int:
+        headed = [c for c, intra in enumerate(self.graph.intra) if intra[0] % self.per_node == local]
+        return headed[channel % len(headed)] if headed and self.graph.pattern != _PATTERN_NVLS else channel
+
     def _collnet_route(self, channel: int, rank: int, up: bool) -> tuple[int, ...]:
         # A head talks to the switch on the graph channel it heads (connect.cc connectCollNet passes
         # the head's index as the graph channel), i.e. through its own NIC; NVLS heads likewise.
-        local = rank % self.per_node
-        headed = [c for c, intra in enumerate(self.graph.intra) if intra[0] % self.per_node == local]
-        graph_channel = headed[channel % len(headed)] if headed and self.graph.pattern != _PATTERN_NVLS else channel
+        graph_channel = self._collnet_channel(channel, rank % self.per_node)
         nic = ("nic", rank // self.per_node, self._port(self._net(graph_channel, rank)))
         graph = self.fabric.cluster.graph
         first_switch = next(iter(graph.neighbors(nic)), None) if nic in graph else None

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..plan.programs import nvls_tree_links
 
 __all__ = ["Collapse", "node_classes", "COLLAPSIBLE"]
@@ -142,23 +144,68 @@ def _relations(job, roles: _Roles, per_node: int, channels, route_cables) -> tup
 
 def _refine(relations: list, colour: list[int], link_colour: dict[int, int], per_node: int
             ) -> tuple[list[int], dict[int, int]]:
-    """Colour refinement of nodes and cables over `relations` until no class splits further."""
-    count = (len(set(colour)), len(set(link_colour.values())))
+    """Colour refinement of nodes and cables over `relations` until no class splits further. Each
+    round works on arrays: a relation's key is (channel, local rank, role, peer's local rank, peer's
+    colour, its cables' colours); a node's new colour is its old one with the multiset of its
+    relations' keys, a cable's its old one with the multiset of (node's colour, channel, local rank,
+    role, place on the route) of the relations crossing it. Colours are dense class numbers."""
+    links = list(link_colour)
+    if not relations:
+        return colour, link_colour
+    place = {link: i for i, link in enumerate(links)}
+    width = max(len(rel[5]) for rel in relations)
+    route = np.full((len(relations), max(width, 1)), -1, dtype=np.int64)
+    for r, rel in enumerate(relations):
+        route[r, :len(rel[5])] = [place[x] for x in rel[5]]
+    fixed = np.array(_dense([(ch, local, role, peer % per_node) for _, ch, local, role, peer, _ in relations]))
+    role = np.array(_dense([(ch, local, role) for _, ch, local, role, _, _ in relations]))
+    owner = np.array([rel[0] for rel in relations], dtype=np.int64)
+    peer = np.array([rel[4] // per_node for rel in relations], dtype=np.int64)
+    rel_of, pos = np.nonzero(route >= 0)  # every (relation, cable) crossing
+    crossed = route[rel_of, pos]
+    node_colour = np.array(_dense(colour), dtype=np.int64)
+    cable_colour = np.array(_dense([link_colour[x] for x in links]), dtype=np.int64)
+    count = (_n_classes(node_colour), _n_classes(cable_colour))
     while True:
-        signature: list[list] = [[c] for c in colour]
-        crossing: dict[int, list] = {}
-        for node, channel, local, role, peer, cables in relations:
-            signature[node].append((channel, local, role, colour[peer // per_node], peer % per_node,
-                                    tuple(link_colour[x] for x in cables)))
-            for i, link in enumerate(cables):
-                crossing.setdefault(link, []).append((colour[node], channel, local, role, i))
-        new_colour = [hash(tuple(sorted(sig[1:], key=repr)) + (sig[0],)) for sig in signature]
-        link_colour = {link: hash((c, tuple(sorted(crossing.get(link, ()))))) for link, c in link_colour.items()}
-        new_count = (len(set(new_colour)), len(set(link_colour.values())))
-        colour = new_colour
+        seen = np.where(route >= 0, cable_colour[np.maximum(route, 0)], -1)
+        keys = _row_ids(np.column_stack([fixed, node_colour[peer], seen]))
+        crossing = _row_ids(np.column_stack([node_colour[owner[rel_of]], role[rel_of], pos]))
+        node_colour = _row_ids(np.column_stack([node_colour, _multiset_ids(owner, keys, node_colour.size)]))
+        cable_colour = _row_ids(np.column_stack([cable_colour, _multiset_ids(crossed, crossing, len(links))]))
+        new_count = (_n_classes(node_colour), _n_classes(cable_colour))
         if new_count == count:
-            return colour, link_colour
+            return node_colour.tolist(), dict(zip(links, cable_colour.tolist()))
         count = new_count
+
+
+def _dense(values: list) -> list[int]:
+    """Each value's class as a number 0.. (in order of first appearance)."""
+    ids: dict = {}
+    return [ids.setdefault(v, len(ids)) for v in values]
+
+
+def _n_classes(colours: np.ndarray) -> int:
+    return int(np.unique(colours).size)
+
+
+def _row_ids(rows: np.ndarray) -> np.ndarray:
+    """Equal rows, equal numbers: each row's class as a number 0.. (rows of integers >= -1), the
+    columns folded in one at a time so that a number never outgrows int64."""
+    ids = np.zeros(rows.shape[0], dtype=np.int64)
+    for column in rows.T:
+        shifted = column.astype(np.int64) + 1
+        ids = np.unique(ids * (int(shifted.max(initial=0)) + 1) + shifted, return_inverse=True)[1].reshape(-1)
+    return ids
+
+
+def _multiset_ids(group: np.ndarray, key: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group 0..n_groups-1, the multiset of the keys given with it, as a class number (groups with
+    equal multisets, equal numbers; a group with none has the empty one)."""
+    order = np.lexsort((key, group))
+    group, key = group[order], key[order]
+    ends = np.searchsorted(group, np.arange(n_groups + 1))
+    return np.array(_dense([key[a:b].tobytes() for a, b in zip(ends[:-1].tolist(), ends[1:].tolist())]),
+                    dtype=np.int64)
 
 
 def _order(relations: list, colour: list[int], link_colour: dict[int, int], per_node: int, order: dict) -> None:
