@@ -577,17 +577,28 @@ def _run_calibrate(args, params) -> int:
 
 
 def _run_dashboard(args, params) -> int:
+    import signal
     import subprocess
     command = api.dashboard_command(args.host, args.port)
     shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
     print(f"nicksim dashboard: http://{shown}:{args.port} (Ctrl-C stops it)", flush=True)
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL) as server:
-        try:
-            return server.wait()
-        except KeyboardInterrupt:
-            server.terminate()
-            server.wait()
-            return 130
+    stopped = []
+
+    def stop(signum, _frame):  # SIGTERM (a service manager, `kill`) stops the server as Ctrl-C does
+        stopped.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with subprocess.Popen(command, stdout=subprocess.DEVNULL) as server:
+            try:
+                return server.wait()
+            except KeyboardInterrupt:
+                server.terminate()
+                server.wait()
+                return 128 + (stopped[0] if stopped else signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_alphabeta(args, params) -> int:

@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs and runs it (the README's test command).
+# Installs what the test suite needs and runs it (the README's test command). As root it installs
+# the Debian packages some tests drive; as a normal user it says which are missing and those tests
+# skip, each saying why (tests/conftest.py need_package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+# Into the active environment; outside a virtual environment a normal user installs into ~/.local.
+python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check --user -e '.[dev]'
+
+# need PACKAGE PRESENT-CHECK WHAT-NEEDS-IT: install PACKAGE where PRESENT-CHECK fails.
+need() {
+    if eval "$2"; then
+        return 0
+    fi
+    if [ "$(id -u)" -eq 0 ]; then
+        apt-get update -q >/dev/null && apt-get install -y -q "$1" >/dev/null
+    else
+        echo "scripts/test.sh: not root, so Debian's $1 is not installed: $3 will be skipped" >&2
+    fi
+}
 # The real backend's tests across hosts make network namespaces, veth pairs and tbf qdiscs.
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-    apt-get update -q >/dev/null && apt-get install -y -q iproute2 >/dev/null
-fi
+need iproute2 'command -v ip >/dev/null && command -v tc >/dev/null' "the tests across network namespaces"
 # The IB verbs shim is checked against Debian's own pyverbs (rdma-core), which needs no RDMA device.
-if [ ! -d /usr/lib/python3/dist-packages/pyverbs ]; then
-    apt-get update -q >/dev/null && apt-get install -y -q python3-pyverbs >/dev/null
-fi
+need python3-pyverbs '[ -d /usr/lib/python3/dist-packages/pyverbs ]' "the tests against Debian's pyverbs"
 # The dashboard's browser test drives Debian's Chromium through Playwright (no browser is downloaded).
-if [ ! -x /usr/bin/chromium ]; then
-    apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null
-fi
+need chromium '[ -x /usr/bin/chromium ]' "the dashboard's browser test"
+# Bytecode compiled once: the tests start nicksim in hundreds of processes, and where
+# PYTHONDONTWRITEBYTECODE is set each would compile every module from source again.
+python3 -m compileall -q nicksim
 # One worker per CPU (pytest-xdist): the suite is CPU-bound and its tests independent.
 python3 -m pytest -q -n auto "$@"

@@ -32,6 +32,51 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(why)
 
 
+_RUN: dict[str, str] = {}  # what the session fixtures set up for the whole run
+
+
+def searched(paths, params):
+    """search_graphs(paths, params), through the run's shared graph cache (graph/cache.py promises
+    the same graphs): tests that read a system's graphs search it once per run between them."""
+    from nicksim.graph.cache import cached_search_graphs
+    return cached_search_graphs(paths, params, _RUN["graph_cache"])
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_search_per_system(tmp_path_factory):
+    """Jobs built in-process with no cache folder named (read_params({}) names none) share one graph
+    cache for the whole run, every xdist worker the same folder: the search is a pure function of
+    its key (graph/cache.py), so each system and knob set is searched once per run instead of in
+    every test that builds it. A job whose knobs say NICKSIM_CACHE still gets what they say; the
+    tests of the search call it directly, and those of the cache give their own folders."""
+    import nicksim.job
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "graph-cache"
+    _RUN["graph_cache"] = str(shared)
+    chosen = nicksim.job.cache_folder
+
+    def folder(params):
+        if params.get("NICKSIM_CACHE") is None and params.cache_home is None:
+            return str(shared)
+        return chosen(params)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nicksim.job, "cache_folder", folder)
+        yield
+
+
+def need_package(present: bool, package: str, what: str) -> None:
+    """A test that drives one of Debian's packages: as root (CI) a missing package fails the test,
+    since scripts/test.sh installs it; as a normal user, who cannot install it, the test skips and
+    says which package and why."""
+    if present:
+        return
+    if os.geteuid() == 0:
+        pytest.fail(f"Debian's {package} is missing ({what}): scripts/test.sh installs it")
+    pytest.skip(f"Debian's {package} is not installed and installing it needs root ({what}; scripts/test.sh "
+                f"installs it when run as root)")
+
+
 def need_validation() -> Path:
     if not VALIDATION.is_dir():
         pytest.skip(f"{VALIDATION} not found: the published validation data sits beside the checkout in CI")

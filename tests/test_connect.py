@@ -5,17 +5,16 @@ import pytest
 
 from nicksim.job import JobSpec, load_job
 
-from conftest import build, need_validation
+from conftest import build, need_validation, searched
 from nicksim.graph.connect import connect, format_channels
 from nicksim.params import read_params
-from nicksim.graph.search import search_graphs
 
 
 def channels(system, version, nodes, rank=0, env=None):
     env = env or {}
     _, paths = build(system, version, env=env, nodes=nodes)
     params = read_params(env)
-    return connect(paths, search_graphs(paths, params), params, nodes, rank)
+    return connect(paths, searched(paths, params), params, nodes, rank)
 
 
 def test_rings_and_trees_match_what_nccl_2_22_printed_on_p5():
@@ -31,7 +30,7 @@ def test_rings_and_trees_match_what_nccl_2_22_printed_on_p5():
     assert len(theirs) == 16
     _, paths = build("dgx-h100", "2.22", nodes=2)
     params = read_params({})
-    graphs = search_graphs(paths, params)
+    graphs = searched(paths, params)
     ours = format_channels(connect(paths, graphs, params, 2, 0), 22)
     assert ours[:16] == theirs
     assert ours[16] == trees
@@ -70,7 +69,7 @@ def test_sm90_multi_node_extra_doubling_and_channel_limits():
 def test_every_rank_has_one_parent_and_rings_cover_everyone(nodes):
     _, paths = build("dgx-h100", "2.30", nodes=nodes)
     params = read_params({})
-    graphs = search_graphs(paths, params)
+    graphs = searched(paths, params)
     per_rank = [connect(paths, graphs, params, nodes, rank) for rank in range(8 * nodes)]
     n = per_rank[0].n_channels
     for c in range(n):
@@ -89,7 +88,7 @@ def _counts(system, version, nodes, env=None, rank=0):
     env = env or {}
     _, paths = build(system, version, env=env, nodes=nodes)
     params = read_params(env)
-    ch = connect(paths, search_graphs(paths, params), params, nodes, rank)
+    ch = connect(paths, searched(paths, params), params, nodes, rank)
     p2p = p2p_channels(paths, ch.n_channels, nodes, params, rank)
     return format_channel_counts(paths.system.rules.version.minor, ch.n_channels, ch.nvls_channels, p2p)
 

@@ -4,9 +4,14 @@ is changed, and each page's screenshot must show something and no exception."""
 from __future__ import annotations
 
 import importlib.util
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
+from conftest import need_package
 from matplotlib.image import imread
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "dashboard_screenshots.py"
@@ -28,7 +33,7 @@ def _no_exception(page) -> None:
 
 
 def test_every_page_in_chromium(tmp_path):
-    assert Path(shots.CHROMIUM).exists(), "Debian's chromium package (the README's test command installs it)"
+    need_package(Path(shots.CHROMIUM).exists(), "chromium", "the browser Playwright drives")
     with shots.serve() as url, shots.browser() as page:
         shots.open_page(page, url, "", "System")
         nodes = page.get_by_role("spinbutton", name="nodes", exact=True)
@@ -46,3 +51,25 @@ def test_every_page_in_chromium(tmp_path):
             assert _drawn_share(png) > 0.02, f"{title} looks blank"
             if path in ("", "plans", "performance", "hangs"):  # pages that draw without input
                 assert page.locator('[data-testid="stImage"] img, [data-testid="stImage"]').count() >= 1, title
+
+
+def test_a_terminated_dashboard_stops_its_streamlit_server():
+    # `nicksim dashboard` serves through a Streamlit child: SIGTERM (`kill`, a service manager, a test
+    # harness) stops the child as Ctrl-C does, instead of leaving it serving the port.
+    port = shots._free_port()
+    server = subprocess.Popen([sys.executable, "-m", "nicksim", "dashboard", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        children: list[str] = []
+        while not children and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.2)
+            children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+        assert children, "nicksim dashboard started no server"
+        time.sleep(1.0)  # past start-up: the signal handler is in place well before this
+        server.terminate()
+        assert server.wait(timeout=20) == 128 + signal.SIGTERM
+        assert not [c for c in children if Path(f"/proc/{c}").exists()], "the Streamlit server outlived nicksim"
+    finally:
+        if server.poll() is None:
+            server.kill()

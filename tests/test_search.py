@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import build, run_cli
+from conftest import build, run_cli, searched
 from nicksim.params import read_params
-from nicksim.graph.search import RING, format_graph, search_graph, search_graphs
+from nicksim.graph.search import RING, format_graph, search_graph
 
 GOLDEN = Path(__file__).parent / "golden" / "nccl-search"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if p.name.endswith((".txt", ".txt.gz")))
@@ -60,7 +60,7 @@ def test_search_matches_nccl(name):
     version, system, nodes, env = _case(name)
     # CollNet cases: the topology's NICs carry coll="1" (a CollNet/SHARP plugin serves them), as --sharp makes them
     _, paths = build(system, version[:4], env=env, nodes=nodes, sharp=env.get("NCCL_COLLNET_ENABLE") == "1")
-    ours = [line.rstrip() for g in search_graphs(paths, read_params(env)).values() for line in format_graph(paths, g)]
+    ours = [line.rstrip() for g in searched(paths, read_params(env)).values() for line in format_graph(paths, g)]
     theirs = _read(name)
     assert len(ours) == len(theirs)
     for mine, nccl in zip(ours, theirs, strict=True):
@@ -105,7 +105,7 @@ def test_graph_dump_matches_nccl(name):
     version, system, shape = ".".join(parts[:2]), parts[3], parts[4]
     env = {"NCCL_IGNORE_DISABLED_P2P": "2"}
     _, paths = build(system, version, env=env, nodes=1 if shape == "1node" else 2)
-    ours = graphs_xml(paths, search_graphs(paths, read_params(env)))
+    ours = graphs_xml(paths, searched(paths, read_params(env)))
     assert ours == (XML_GOLDEN / name).read_text()
 
 

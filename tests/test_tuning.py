@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import build, run_cli
+from conftest import build, run_cli, searched
 from nicksim.graph.collnet import COLLNET_OFF, CollNetSetup, collnet_setup
 from nicksim.graph.connect import connect
 from nicksim.constants import MODELLED_VERSIONS, parse_version, tuning_tables
 from nicksim.params import read_params
-from nicksim.graph.search import Graph, search_graphs
+from nicksim.graph.search import Graph
 from nicksim.tuning.cost import (algo_time, format_thread_thresholds, format_tuning_table, thread_thresholds,
                                  time_model_modelled, time_model_rules, tune_inputs, tune_model)
 
@@ -19,7 +19,7 @@ def cost(system="dgx-h100", nodes=1, env=None, version="2.30"):
     env = env or {}
     _, paths = build(system, version, env=env, nodes=nodes)
     params = read_params(env)
-    graphs = search_graphs(paths, params)
+    graphs = searched(paths, params)
     return tune_model(tuning_tables(parse_version(version)), tune_inputs(paths, graphs, nodes), params)
 
 
@@ -70,7 +70,7 @@ def test_algo_time_adds_bytes_over_bandwidth_with_nccls_corrections():
     env = {"NCCL_IGNORE_DISABLED_P2P": "2"}
     _, paths = build("dgx-h100", "2.30", env=env, nodes=2)
     params = read_params(env)
-    inputs = tune_inputs(paths, search_graphs(paths, params), 2)
+    inputs = tune_inputs(paths, searched(paths, params), 2)
     table = tune_model(tuning_tables(parse_version("2.30")), inputs, params)
     ring = table.bw("AllReduce", "Ring", "Simple")
     lat = table.lat("AllReduce", "Ring", "Simple")
@@ -262,7 +262,7 @@ def test_tuning_table_matches_nccl(name):
         if comm["cpuArch"] != "-1":  # 2.18 asks the topology itself (ncclTopoCpuType), not the comm
             assert (inputs.cpu_arch, inputs.cpu_vendor) == (int(comm["cpuArch"]), int(comm["cpuVendor"]))
     else:
-        inputs = tune_inputs(paths, search_graphs(paths, params), nodes)
+        inputs = tune_inputs(paths, searched(paths, params), nodes)
     ours = format_tuning_table(tune_model(tables, inputs, params))
     assert [line.rstrip() for line in ours] == theirs[:-1]
 
@@ -284,7 +284,7 @@ def test_nicksim_search_and_time_model_print_nccls_table(name):
     version, system, nodes, env, header, theirs = _golden(name)
     _, paths = _golden_paths(version, system, nodes, env, header)
     params = read_params(env)
-    graphs = search_graphs(paths, params)
+    graphs = searched(paths, params)
     assert not _search_differs(_nccl_graphs(header, paths.system.rules.path_names), graphs)
     collnet = collnet_setup(paths, graphs, nodes, params)
     comm = _fields(header["comm"])
@@ -312,7 +312,7 @@ def test_algo_time_matches_nccl(name):
         env["NCCL_COLLNET_ENABLE"] = "1"
     _, paths = _golden_paths(version, system, nodes, env, header)
     params = read_params(env)
-    graphs = search_graphs(paths, params)
+    graphs = searched(paths, params)
     inputs = tune_inputs(paths, graphs, nodes, collnet_setup(paths, graphs, nodes, params))
     table = tune_model(tuning_tables(parse_version(version)), inputs, params)
     n_channels = connect(paths, graphs, params, nodes, 0).n_channels

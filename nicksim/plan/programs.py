@@ -274,27 +274,35 @@ def _nvls_allreduce(plan: Plan, part: ChannelPart, rank: int, heads: tuple[int, 
     every rank gathers all n_heads results. Where the NVLS domain has more GPUs than heads (an
     NVL72 rack: 32 heads, NCCL_MAX_NVLS_ARITY), the other ranks only scatter and gather."""
     n_heads = len(heads)
-    chunk = part.chunk_count
+    last_chunk = align_up(div_up(part.count % (n_heads * part.chunk_count), n_heads), _last_chunk_align(plan, 16384))
+    loops, scatter, gather = _nvls_loops(part.offset, part.count, part.chunk_count, n_heads, last_chunk)
+    if rank not in heads or not loops:
+        return scatter, gather
+    mine = heads.index(rank)
+    switch = (NVLS_SWITCH,)
+    reduce = tuple(Prim("nvlsReduceMulticast", *pieces[mine], switch, switch) for pieces in loops)
+    return scatter, gather, Stream("reduce", reduce)
+
+
+@lru_cache(maxsize=256)
+def _nvls_loops(offset: int, count: int, chunk: int, n_heads: int, last_chunk: int
+                ) -> tuple[tuple[tuple[tuple[int, int], ...], ...], Stream, Stream]:
+    """Single-node NVLS's loops, each its pieces (offset, nelem) one per head, and the scatter and
+    gather streams they make: the same for every rank of the call, so made once."""
     loop = n_heads * chunk
-    rem = part.count % loop
-    last_chunk = align_up(div_up(rem, n_heads), _last_chunk_align(plan, 16384))
-    scatter, gather, reduce = [], [], []
+    loops = []
     off = 0
-    while off < part.count:
-        if part.count - off < loop:
+    while off < count:
+        if count - off < loop:
             chunk = last_chunk
-        pieces = [(part.offset + off + h * chunk, max(0, min(chunk, part.count - off - h * chunk)))
-                  for h in range(n_heads)]
-        scatter += [Prim("nvlsScatter", o, n, send_to=(NVLS_SWITCH,)) for o, n in pieces]
-        if rank in heads:
-            o, n = pieces[heads.index(rank)]
-            reduce.append(Prim("nvlsReduceMulticast", o, n, recv_from=(NVLS_SWITCH,), send_to=(NVLS_SWITCH,)))
-        gather += [Prim("nvlsGather", o, n, recv_from=(NVLS_SWITCH,)) for o, n in pieces]
+        loops.append(tuple((offset + off + h * chunk, max(0, min(chunk, count - off - h * chunk)))
+                           for h in range(n_heads)))
         off += loop
-    streams = [Stream("scatter", tuple(scatter)), Stream("gather", tuple(gather))]
-    if reduce:
-        streams.append(Stream("reduce", tuple(reduce)))
-    return tuple(streams)
+    pieces = [piece for each in loops for piece in each]
+    switch = (NVLS_SWITCH,)
+    scatter = tuple(Prim("nvlsScatter", o, n, (), switch) for o, n in pieces)
+    gather = tuple(Prim("nvlsGather", o, n, switch) for o, n in pieces)
+    return tuple(loops), Stream("scatter", scatter), Stream("gather", gather)
 
 
 def _nvls_striped_allreduce(plan: Plan, part: ChannelPart, rank: int, per_node: int,
