@@ -139,3 +139,20 @@ def test_a_pasted_nccl_tests_command_line_runs():
     out = run_cli("perf", "all_reduce", "-b", "8", "-e", "2G", "-f", "2", "-t", "1", "-g", "1", "-c", "1", "-n", "100",
                   "--nodes", "2")
     assert out.returncode == 0 and len(read_results(out.stdout)[0].rows) == 29
+
+
+def test_perf_compares_against_its_own_output(tmp_path):
+    # nicksim's table says nThread 1 nGpus 1 and lists no devices (its ranks are simulated): its first
+    # line names the ranks, so a saved run reads back as the job's ranks and compares size by size.
+    saved = run_cli("perf", "all_gather", "--system", "dgx-h100", "--nodes", "2", "-b", "1M", "-e", "4M")
+    assert saved.returncode == 0, saved.stderr
+    (tables,) = read_results(saved.stdout)
+    assert (tables.collective, tables.nranks, len(tables.rows)) == ("all_gather", 16, 3)
+    (tmp_path / "own.txt").write_text(saved.stdout)
+    again = run_cli("perf", "all_gather", "--system", "dgx-h100", "--nodes", "2", "-b", "1M", "-e", "4M",
+                    "--compare", str(tmp_path / "own.txt"))
+    assert again.returncode == 0, again.stderr
+    errors = [line.split()[-1] for line in again.stdout.splitlines() if line.startswith("#") and
+              line.split()[1:2] and line.split()[1].isdigit()]
+    # the saved table carries the times as printed (two decimals): the error stays under 0.05%
+    assert len(errors) == 3 and all(abs(float(e)) < 0.05 for e in errors), again.stdout

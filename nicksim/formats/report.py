@@ -397,6 +397,7 @@ _UINT = re.compile(r"[0-9]+")
 _NAME = re.compile(r"[A-Za-z][\w.]*")
 _COLUMNS = re.compile(r"#\s+size\s+count\s+type\b")
 _NTHREAD = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_NICKSIM = re.compile(r"#\s*nicksim \w+ \w+: .*?\b(\d+) ranks\b")  # perf/run's first line (engines.describe)
 _DEVICE = re.compile(r"#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\b")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _CONCLUDED_LINE = re.compile(r"#\s*Collective test concluded:\s*(\S+)")
@@ -438,10 +439,13 @@ class _Run:
     ngpus: int | None = None
     ranks: set = field(default_factory=set)
     tables: int = 0
+    declared: int | None = None  # the ranks nicksim's own first line names
 
     def nranks(self) -> int | None:
         if self.ranks:
             return len(self.ranks)
+        if self.declared:  # nicksim's own output: its ranks are simulated, in one process
+            return self.declared
         if self.nthreads and self.ngpus:  # no device lines: one process assumed
             return self.nthreads * self.ngpus
         return None
@@ -612,6 +616,10 @@ def _read_text(text: str, source: str) -> list[MeasuredTable]:
                 run.nthreads, run.ngpus = int(match[1]), int(match[2])
             elif (match := _DEVICE.match(comment)):
                 run.ranks.add(int(match[1]))
+            elif (match := _NICKSIM.match(comment)):
+                if run.nthreads or run.tables or run.declared:
+                    run = new_run()
+                run.declared = int(match[1])
             elif _COLUMNS.match(comment):
                 if "#wrong" not in comment and "error" in comment.split():
                     raise UsageError("nccl-tests output from before v2.13 (an 'error' column, no '#wrong')",
@@ -734,7 +742,8 @@ def read_results(text: str, source: str = "<input>") -> list[MeasuredTable]:
     plus `# collective=... nranks=... dtype=... redop=...`
     comments followed by `size_bytes,...` CSV rows (columns it does not know are skipped).
     The collective comes from `# Collective test starting/concluded:` or the CSV comment; the
-    rank count from the device lines, else nThread x nGpus (one process assumed). `source`
+    rank count from the device lines, else from nicksim's own first line (`# nicksim perf ...: ...
+    N ranks`), else nThread x nGpus (one process assumed). `source`
     names the input in errors: a malformed row, a CSV row of the wrong width, output older
     than v2.13, or no table at all is a UsageError naming the line.
     """
