@@ -42,7 +42,7 @@ from .params import Params, read_params
 from .plan import ChannelProgram, Plan, call_plan, check_programs, job_programs
 from .studies.perf import (Perf, PerfOptions, compare, format_comparison, measured_table, parse_size, run_perf,
                            sweep_sizes)
-from .topology.catalog import CATALOG, DEFAULT_SYSTEM, HOST_SYSTEM
+from .topology.catalog import CATALOG, DEFAULT_SYSTEM, HOST_SYSTEM, LOCAL_SYSTEM
 from .topology.hardware import FABRICS, GPU_MODELS
 from .topology.system import format_system
 from .topology.xml import dump_topo_xml
@@ -50,7 +50,7 @@ from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
 
 __all__ = [
     # names the front ends offer
-    "SYSTEMS", "DEFAULT_SYSTEM", "GPU_MODELS", "FABRICS", "NCCL_VERSIONS", "DEFAULT_NCCL_VERSION", "COLLECTIVES",
+    "SYSTEMS", "LOCAL_SYSTEM", "VERSION", "DEFAULT_SYSTEM", "GPU_MODELS", "FABRICS", "NCCL_VERSIONS", "DEFAULT_NCCL_VERSION", "COLLECTIVES",
     "ENGINES", "ENGINE_ALIASES", "des_parameters", "fit_parameters",
     # errors
     "NickSimError", "UsageError", "RanksFailed",
@@ -80,7 +80,19 @@ __all__ = [
     "DASHBOARD_APP", "dashboard_command",
 ]
 
+
+
+def _installed_version() -> str:
+    """nicksim's version as installed (pyproject.toml's), "unknown" where it runs uninstalled."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("nicksim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 SYSTEMS: tuple[str, ...] = tuple(CATALOG)
+VERSION: str = _installed_version()
 NCCL_VERSIONS: tuple[str, ...] = tuple(v.line for v in MODELLED_VERSIONS)
 DEFAULT_NCCL_VERSION: str = DEFAULT_VERSION.line
 

@@ -53,7 +53,8 @@ def _positive_float(name: str, minimum: float = 0.0, inclusive: bool = False):
 
 def _add_system_options(p: argparse.ArgumentParser, positional: bool = True) -> None:
     g = p.add_argument_group("system")
-    what = (f"catalog name ({', '.join(api.SYSTEMS)}) or an NCCL topology .xml file; "
+    what = (f"catalog name ({', '.join(api.SYSTEMS)}), {api.LOCAL_SYSTEM} (this host, detected through NVML "
+            f"and sysfs) or an NCCL topology .xml file; "
             f"default: NCCL_TOPO_FILE if set, else {api.DEFAULT_SYSTEM}")
     if positional:
         g.add_argument("system", nargs="?", metavar="SYSTEM", help=what)
@@ -87,6 +88,7 @@ def _add_system_options(p: argparse.ArgumentParser, positional: bool = True) -> 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nicksim", description="NCCL's decisions, reproduced and simulated.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"nicksim {api.VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     topo = sub.add_parser("topo", help="print the system as NCCL's GRAPH subsystem does")
@@ -189,8 +191,17 @@ def _add_run_parser(sub) -> None:
     run.set_defaults(run=_run_real)
 
 
+PERF_EXAMPLES = """examples:
+  nicksim perf all_reduce                                  # one DGX H100, 8 B .. 8 GiB, NCCL's time model
+  nicksim perf all_reduce -b 1M -e 1G --nodes 16 --engine des
+  nicksim perf all_gather --system gb200-nvl72 --nccl-version 2.27 --env NCCL_ALGO=Ring
+  nicksim perf reduce_scatter --system topo.xml --nodes 4 --fabric roce --oversubscription 2
+  nicksim perf all_reduce --compare measured.log           # against an nccl-tests log, size by size"""
+
+
 def _add_perf_parser(sub) -> None:
-    perf = sub.add_parser("perf", help="an nccl-tests run (all_reduce_perf ...) answered by an engine")
+    perf = sub.add_parser("perf", help="an nccl-tests run (all_reduce_perf ...) answered by an engine",
+                          epilog=PERF_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     perf.add_argument("collective", metavar="COLL", help=f"{', '.join(api.COLLECTIVES)} (or the _perf names)")
     _add_system_options(perf, positional=False)
     g = _add_nccl_tests_flags(perf, "check results (the model moves no data: #wrong prints N/A)")

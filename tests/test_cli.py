@@ -118,3 +118,18 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path):
 def test_debug_shows_the_traceback():
     result = run_cli("--debug", "topo", "dgx-h900")
     assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_version_and_perf_examples():
+    # `nicksim --version` says the installed version; every example `perf --help` shows is a valid command line.
+    from importlib.metadata import version
+    from nicksim.cli import PERF_EXAMPLES, build_parser
+    shown = run_cli("--version")
+    assert (shown.returncode, shown.stdout.strip()) == (0, f"nicksim {version('nicksim')}")
+    examples = [line.split("#")[0].split()[1:] for line in PERF_EXAMPLES.splitlines()[1:]]
+    assert len(examples) == 5
+    for argv in examples:
+        args = build_parser().parse_args(argv)
+        assert args.command == "perf"
+    helped = run_cli("perf", "--help")
+    assert PERF_EXAMPLES in helped.stdout and "local (this host" in " ".join(helped.stdout.split())
