@@ -50,7 +50,8 @@ from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
 
 __all__ = [
     # names the front ends offer
-    "SYSTEMS", "LOCAL_SYSTEM", "VERSION", "DEFAULT_SYSTEM", "GPU_MODELS", "FABRICS", "NCCL_VERSIONS", "DEFAULT_NCCL_VERSION", "COLLECTIVES",
+    "SYSTEMS", "LOCAL_SYSTEM", "VERSION", "DEFAULT_SYSTEM", "GPU_MODELS", "FABRICS", "NCCL_VERSIONS",
+    "DEFAULT_NCCL_VERSION", "COLLECTIVES",
     "ENGINES", "ENGINE_ALIASES", "des_parameters", "fit_parameters",
     # errors
     "NickSimError", "UsageError", "RanksFailed",
@@ -79,7 +80,6 @@ __all__ = [
     # the dashboard
     "DASHBOARD_APP", "dashboard_command",
 ]
-
 
 
 def _installed_version() -> str:

@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Into the active environment; outside a virtual environment a normal user installs into ~/.local.
-python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]' 2>/dev/null \
-    || python3 -m pip install --quiet --disable-pip-version-check --user -e '.[dev]'
+where=()
+if [ "$(id -u)" -ne 0 ] && python3 -c 'import sys; sys.exit(sys.prefix != sys.base_prefix)'; then
+    where=(--user)
+fi
+python3 -m pip install --quiet --disable-pip-version-check "${where[@]}" -e '.[dev]'
 
 # need PACKAGE PRESENT-CHECK WHAT-NEEDS-IT: install PACKAGE where PRESENT-CHECK fails.
 need() {

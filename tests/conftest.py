@@ -47,8 +47,9 @@ def _one_search_per_system(tmp_path_factory):
     """Jobs built in-process with no cache folder named (read_params({}) names none) share one graph
     cache for the whole run, every xdist worker the same folder: the search is a pure function of
     its key (graph/cache.py), so each system and knob set is searched once per run instead of in
-    every test that builds it. A job whose knobs say NICKSIM_CACHE still gets what they say; the
-    tests of the search call it directly, and those of the cache give their own folders."""
+    every test that builds it. A job whose knobs say NICKSIM_CACHE still gets what they say; tests
+    that search directly go through `searched` (the same folder), and those of the cache itself
+    give their own folders."""
     import nicksim.job
     base = tmp_path_factory.getbasetemp()
     shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "graph-cache"

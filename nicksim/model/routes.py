@@ -139,8 +139,9 @@ class Router:
 
     def _nic(self, channel: int, local: int) -> int | None:
         """The NIC a local rank's channel goes out through (None without one): the same on every node."""
-        return self._cached(("net", channel, local), lambda: self._nvls_net(channel, local)
-                            if self.graph.pattern == _PATTERN_NVLS else channel_net(self.paths, self.graph, channel, local))
+        if self.graph.pattern == _PATTERN_NVLS:
+            return self._cached(("net", channel, local), lambda: self._nvls_net(channel, local))
+        return self._cached(("net", channel, local), lambda: channel_net(self.paths, self.graph, channel, local))
 
     def _p2p_net_parts(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
         """Point-to-point over the network: the sender's NIC as ncclTopoGetNetDev picks it for the peer
