@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .calls import COLLECTIVES, Call, call_for_size, collective_name, dtype_name, redop_name
 from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version
@@ -33,6 +33,8 @@ from .formats.tables import Records
 from .formats.joblog import JobLogger, job_logger, search_lines as _search_lines
 from .formats.report import read_results, results_json, run_header, step_text, table_footer, table_header, \
     format_row
+from .formats.report import (NCCL_TESTS_LATEST, TIME_FORMAT, RunSetup, claim_json_path, flag_release,
+                             nccl_version_code, preamble, nccl_tests_json, nccl_tests_release)
 from .formats.trace import chrome_trace, format_link_report, real_trace
 from .graph.cluster import format_cluster
 from .graph.paths import format_nccl_paths, format_paths
@@ -40,12 +42,14 @@ from .graph.search import graphs_xml
 from .job import Job, JobSpec, load_job
 from .params import Params, read_params
 from .plan import ChannelProgram, Plan, call_plan, check_programs, job_programs
+from .progress import Progress
 from .studies.perf import (Perf, PerfOptions, compare, format_comparison, measured_table, parse_size, run_perf,
                            sweep_sizes)
+from .studies.perf import ALL_REDOPS, all_dtypes, release_at_least
 from .topology.catalog import CATALOG, DEFAULT_SYSTEM, HOST_SYSTEM, LOCAL_SYSTEM
 from .topology.hardware import FABRICS, GPU_MODELS
 from .topology.system import format_system
-from .topology.xml import dump_topo_xml
+from .topology.xml import TopoXml, dump_topo_xml
 from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
 
 __all__ = [
@@ -60,15 +64,20 @@ __all__ = [
     # jobs
     "Job", "JobSpec", "Params", "settings", "load", "load_job", "call",
     # what NCCL decides
-    "topology_lines", "topology_xml", "search_lines", "plan", "programs", "check", "write_topology", "write_graphs",
+    "topology_lines", "topology_xml", "topology_provenance", "PROVENANCE_SUFFIX", "search_lines", "plan", "programs",
+    "check", "write_topology", "write_graphs",
     # engines and runs
     "Engine", "CallResult", "engine", "Perf", "PerfOptions", "perf", "run_perf", "sizes", "parse_size",
     "job_logger", "JobLogger", "link_report", "trace_doc", "compare_lines", "nccl_tests_lines",
     "run_header", "step_text", "table_header", "table_footer", "format_row", "results_json", "write_json",
-    "write_text", "check_output",
+    "write_text", "write_bytes", "check_output",
+    "NCCL_TESTS_LATEST", "nccl_tests_release", "release_at_least", "flag_release", "nccl_tests_json",
+    "nccl_version_code", "all_dtypes", "ALL_REDOPS", "RunSetup", "preamble", "claim_json_path", "TIME_FORMAT",
     "measured_table", "real_trace", "read_calibration",
     # studies
-    "Table", "sweep", "read_grid", "rows_csv", "fit_lines", "calibration_text", "validate", "Validation", "calibrate", "knobs", "knob_lines", "alphabeta_lines",
+    "Table", "sweep", "read_grid", "rows_csv", "fit_lines", "calibration_text", "validate", "Validation",
+    "Progress", "validation_head", "validation_case_line", "validation_tail", "calibrate", "knobs", "knob_lines",
+    "alphabeta_lines",
     # hangs
     "scenarios", "replay", "diagnose", "diagnosis_lines",
     # the real backend on this host
@@ -76,7 +85,8 @@ __all__ = [
     # pictures: what they show as values, and the figures
     "Drawing", "PathMatrix", "Heads", "WaitEdge", "node_drawing", "fabric_drawing", "fabric_links", "path_matrix",
     "ring_orders", "tree_drawing", "heads", "priced", "curves", "link_table", "timeline", "measured", "replay_timeline",
-    "waits", "case", "case_points", "tuner", "tuner_csv", "figures",
+    "waits", "case", "case_points", "tuner", "tuner_csv", "figures", "sweep_series", "PLOT_FORMATS", "need_matplotlib",
+    "check_plot", "plot_perf", "plot_sweep",
     # the dashboard
     "DASHBOARD_APP", "dashboard_command",
 ]
@@ -170,13 +180,42 @@ def search_lines(job: Job, print_tuning: bool = False) -> tuple[list[str], list[
 
 
 def topology_xml(job: Job) -> str:
-    """The job's node as NCCL_TOPO_DUMP_FILE holds it, as text."""
-    return dump_topo_xml(job.filled.doc)
+    """The job's node as NCCL_TOPO_DUMP_FILE holds it, as text: completed, in NCCL's dump layout,
+    nothing before `<system>` (topology_provenance says where it came from)."""
+    return dump_topo_xml(TopoXml(job.filled.doc.root))
 
 
-def write_topology(job: Job, path: str | Path) -> None:
-    """The job's node as NCCL_TOPO_DUMP_FILE holds it (completed, in NCCL's dump layout)."""
+def topology_provenance(job: Job) -> str:
+    """Where topology_xml's document came from, as text: nicksim's version, the system and the
+    options it was made for, what completing it assumed, and the comments of its source file."""
+    spec = job.spec
+    options = [f"{f.name}={getattr(spec, f.name)}" for f in fields(spec)
+               if f.name not in ("system", "nccl_version", "where") and getattr(spec, f.name) != f.default]
+    out = [f"nicksim {VERSION}: the node of {job.system_name} in NCCL_TOPO_DUMP_FILE's form "
+           f"(NCCL {job.system.rules.version.line})" + (f", with {' '.join(options)}" if options else "")]
+    notes = list(getattr(job.filled, "notes", ()))
+    out += ["completing it assumed:"] + [f"  {note}" for note in notes] if notes else ["nothing was assumed"]
+    comments = [c.strip("\n") for c in job.filled.doc.comments]
+    if comments:
+        out += ["the source file's comments:"] + comments
+    return "\n".join(out) + "\n"
+
+
+# The file beside a topology dump that says where the dump came from (NCCL's dumps carry no comment).
+PROVENANCE_SUFFIX = ".nicksim.txt"
+
+
+def write_topology(job: Job, path: str | Path) -> Path | None:
+    """The job's node written to `path` as NCCL_TOPO_DUMP_FILE holds it (topology_xml), and, where
+    `path` is a regular file, topology_provenance to `path` + PROVENANCE_SUFFIX, whose path is
+    returned (None where `path` is a device or a pipe)."""
+    path = Path(path)
     write_text(path, topology_xml(job))
+    if not path.is_file():
+        return None
+    side = path.with_name(path.name + PROVENANCE_SUFFIX)
+    write_text(side, topology_provenance(job))
+    return side
 
 
 def write_graphs(job: Job, path: str | Path) -> None:
@@ -270,15 +309,20 @@ def write_text(path: str | Path, text: str) -> None:
     temporary file beside it, then renamed over it, so a kill or a full disk never leaves the
     previous file cut short; anything else (/dev/stdout, a pipe) is written to as it is. An
     unwritable path is a UsageError."""
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """`data` written to `path` whole or not at all, as write_text writes text."""
     path = Path(path)
     try:
         if path.exists() and not path.is_file():  # a device or pipe, maybe through a link: never replaced
-            with open(path, "w", encoding="utf-8") as out:
-                out.write(text)
+            with open(path, "wb") as out:
+                out.write(data)
             return
         part = path.with_name(f".{path.name}.{os.getpid()}.part")
         try:
-            part.write_text(text, encoding="utf-8")
+            part.write_bytes(data)
             os.replace(part, path)
         finally:
             part.unlink(missing_ok=True)
@@ -310,13 +354,14 @@ def write_json(path: str | Path, doc: dict) -> None:
 
 def run_ranks(collective: str, sizes: Sequence[int], dtype: str, op: str, root: int, iters: int, warmup_iters: int,
               check: int, nccl_version: str, trace: bool, params: Params, nranks: int | None, argv: Sequence[str],
-              header: str, emit: Callable[[str], None], on_trace=None):
+              header: str, emit: Callable[[str], None], on_trace=None, tests_version: str = NCCL_TESTS_LATEST):
     """`nicksim run`: this host's ranks run a collective for real, each host planned as a node of
-    GPUs that join by shared memory (realhw.runner.run_command; its RunDone)."""
+    GPUs that join by shared memory, its text as nccl-tests `tests_version` prints it
+    (realhw.runner.run_command; its RunDone)."""
     from .realhw.runner import RunOptions, run_command
     options = RunOptions(collective_name(collective), tuple(sizes), dtype_name(dtype), redop_name(op), root, iters,
                          warmup_iters, check, nccl_version, trace)
-    return run_command(options, params, nranks, argv, header, emit, on_trace)
+    return run_command(options, params, nranks, argv, header, emit, on_trace, tests_version)
 
 
 # --- studies -----------------------------------------------------------------------------------
@@ -388,6 +433,7 @@ class Validation(Records):
 
     def plot(self, folder: str | Path) -> list[Path]:
         """One PNG per case: measured and predicted busbw, and the error."""
+        need_matplotlib(str(folder))
         from .studies.validate import plot_case
         folder = Path(folder)
         try:
@@ -413,16 +459,45 @@ def _cases(cases) -> list:
 
 
 def validate(cases: str | Path | None = None, engines: Sequence[str] = ("nccl",),
-             calibration: str | Path | Mapping[str, float] | None = None) -> Validation:
+             calibration: str | Path | Mapping[str, float] | None = None,
+             on_case: Callable[[str, Any, int, int], None] | None = None) -> Validation:
     """The validation cases (a folder of case files, one case file; default the project's
-    validation/) answered by each engine ("nccl", "des"), the DES with `calibration`'s parameters."""
+    validation/) answered by each engine ("nccl", "des"), the DES with `calibration`'s parameters;
+    `on_case(engine, result, done, total)` hears of each case as it finishes, engine by engine."""
     from .studies.validate import read_calibration, run_case
     found = _cases(cases)
     names = list(dict.fromkeys(canonical_engine(e) for e in engines))
     values = read_calibration(calibration) if isinstance(calibration, (str, Path)) else calibration
     if values is not None and "des" not in names:
         raise UsageError("a calibration sets DES parameters", "--calibration", "with --engine des")
-    return Validation({e: tuple(run_case(case, e, values if e == "des" else None) for case in found) for e in names})
+    results: dict[str, tuple] = {}
+    total = len(found) * len(names)
+    for engine in names:
+        done = []
+        for case in found:
+            done.append(run_case(case, engine, values if engine == "des" else None))
+            if on_case is not None:
+                on_case(engine, done[-1], sum(map(len, results.values())) + len(done), total)
+        results[engine] = tuple(done)
+    return Validation(results)
+
+
+def validation_head(engine: str) -> list[str]:
+    """The validate report's first lines for one engine (before its case lines)."""
+    from .studies.validate import report_head
+    return report_head(engine)
+
+
+def validation_case_line(result) -> str:
+    """One case's summary line in the validate report, printable as soon as the case is done."""
+    from .studies.validate import case_line
+    return case_line(result)
+
+
+def validation_tail(results: Sequence) -> list[str]:
+    """The validate report after one engine's case lines: each case's sizes, then the overall figures."""
+    from .studies.validate import report_tail
+    return report_tail(list(results))
 
 
 def fit_parameters() -> dict:
@@ -650,6 +725,83 @@ def case_points(the_case, engine: str = "nccl", calibration: Mapping[str, float]
                         "protocol": p.protocol} for p in result.points))
 
 
+def sweep_series(rows: Sequence[dict]) -> dict[str, list[dict]]:
+    """A sweep's rows as series to draw: one per grid point, named by the options that differ from
+    point to point, in size order; rows with an error or a hang left out (studies.views)."""
+    from .studies.views import sweep_series as series
+    return series(list(rows))
+
+
+# The picture formats `plot_perf` and `plot_sweep` write, by the file's extension.
+PLOT_FORMATS = ("png", "svg")
+
+
+def need_matplotlib(where: str, extra: str = "plot") -> None:
+    """A UsageError where matplotlib cannot be imported (it comes with nicksim's `extra`); nothing else."""
+    import importlib
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        raise UsageError("matplotlib is not installed", where, f"pip install 'nicksim[{extra}]'") from None
+
+
+def _figures():
+    """studies.figures, or a UsageError where matplotlib is missing."""
+    need_matplotlib("plot")
+    from .studies import figures
+    return figures
+
+
+def check_plot(path: str | Path, flag: str) -> None:
+    """A UsageError now, before any work, where a picture could not be written to `path`: its
+    extension is not one of PLOT_FORMATS, matplotlib is missing, or check_output refuses it."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise UsageError(f"'{path}' is not a picture format nicksim writes", flag,
+                         " or ".join(f"a .{f} file" for f in PLOT_FORMATS))
+    need_matplotlib(flag)
+    check_output(path, flag)
+
+
+def _save(fig, path: str | Path) -> Path:
+    """A figure written to `path` in the format its extension names, whole or not at all."""
+    import io
+    check_plot(path, "plot")
+    out = io.BytesIO()
+    fig.savefig(out, format=Path(path).suffix.lower().lstrip("."), dpi=110)
+    write_bytes(path, out.getvalue())
+    return Path(path)
+
+
+def plot_perf(run: Perf, path: str | Path, measured_file: str | None = None) -> Path:
+    """`run` drawn to `path` (.png or .svg, figures.draw_perf): bus bandwidth and time over sizes,
+    the algorithm/protocol of each size marked, the rows of `measured_file` (what `compare_lines`
+    reads) overlaid."""
+    from .studies.views import measured_rows
+    measured_records = measured_rows(measured_table(measured_file, run.collective, run.nranks)) \
+        if measured_file else []
+    title = f"{run.collective} on {run.system}, {run.nranks} ranks, NCCL {run.nccl_version}"
+    return _save(_figures().draw_perf({run.engine: run.records()}, measured_records, title), path)
+
+
+def plot_sweep(rows: Sequence[dict], path: str | Path, title: str = "") -> Path:
+    """A sweep's rows drawn to `path` (.png or .svg, figures.draw_sweep): bus bandwidth over sizes,
+    a line per grid point (sweep_series), the algorithm/protocol of each size marked; the title
+    names the collective, system and engine where every point shares them, then `title`."""
+    series = sweep_series(rows)
+    if not series:
+        raise UsageError("no row without an error to draw", str(path), "a sweep with at least one answered row")
+
+    def shared(key: str) -> str | None:
+        values = {str(row.get(key)) for row in rows}
+        return values.pop() if len(values) == 1 else None
+
+    head = " on ".join(w for w in (shared("collective"), shared("system")) if w)
+    if shared("engine"):
+        head = f"{head}, engine {shared('engine')}" if head else f"engine {shared('engine')}"
+    return _save(_figures().draw_sweep(series, f"{head} ({title})" if head and title else head or title), path)
+
+
 _TUNER_SIZES = [1 << k for k in range(10, 31, 3)]  # 1 KiB to 1 GiB, x8
 
 
@@ -683,6 +835,7 @@ def dashboard_command(host: str = "localhost", port: int = 8501) -> list[str]:
     import sys
     if importlib.util.find_spec("streamlit") is None:
         raise UsageError("Streamlit is not installed", "nicksim dashboard", "pip install 'nicksim[dashboard]'")
+    need_matplotlib("nicksim dashboard", "dashboard")  # its pictures are matplotlib's
     if not 1 <= port <= 65535:
         raise UsageError(f"port {port}", "--port", "1..65535")
     try:
@@ -702,6 +855,7 @@ def __getattr__(name: str):
     """`figures` (matplotlib drawings) is imported on first use: a run that draws nothing does not
     pay for matplotlib."""
     if name == "figures":
+        need_matplotlib("nicksim.api.figures")
         from .studies import figures
         return figures
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -93,7 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     topo = sub.add_parser("topo", help="print the system as NCCL's GRAPH subsystem does")
     _add_system_options(topo)
-    topo.add_argument("--dump-xml", metavar="FILE", help="write the completed topology XML (as NCCL_TOPO_DUMP_FILE)")
+    topo.add_argument("--dump-xml", metavar="FILE",
+                      help="write the completed topology XML as NCCL_TOPO_DUMP_FILE does (nothing before <system>); "
+                           "where it came from (the source file's comments, what completing it assumed) goes to "
+                           f"FILE{api.PROVENANCE_SUFFIX}")
     topo.add_argument("--paths", action="store_true", help="print path types, bandwidths and transports")
     topo.add_argument("--links", action="store_true",
                       help="list every directed link of the job's fabric as the DES names them (for --fault)")
@@ -149,29 +152,152 @@ def _size(name: str):
 
 
 def _add_nccl_tests_flags(parser, check_help: str):
-    """nccl-tests' own flags, with its defaults; the group, for a command's flags of its own."""
+    """nccl-tests' own flags (src/common.cu's getopt, README.md), with its long names and defaults
+    where nicksim keeps them; each help says what the flag does here, and "no effect" where it
+    changes nothing nicksim prints or prices. The group, for a command's flags of its own."""
     g = parser.add_argument_group("nccl-tests flags")
     g.add_argument("-b", "--minbytes", type=_size("-b"), default=8, help="smallest size (default 8)")
-    g.add_argument("-e", "--maxbytes", type=_size("-e"), default=8 << 30, help="largest size (default 8G)")
+    g.add_argument("-e", "--maxbytes", type=_size("-e"), default=8 << 30,
+                   help="largest size (default 8G); lowered as nccl-tests lowers it where the GPUs' memory "
+                        "cannot hold its buffers (# Reducing maxBytes)")
     step = g.add_mutually_exclusive_group()
     step.add_argument("-f", "--stepfactor", type=_int_at_least("-f", 2), help="multiply the size by this (default 2)")
     step.add_argument("-i", "--stepbytes", type=_size("-i"), help="add this many bytes per step")
     g.add_argument("-n", "--iters", type=_int_at_least("-n", 1), default=20, help="timed iterations (default 20)")
     g.add_argument("-w", "--warmup_iters", type=_int_at_least("-w", 0), default=1, help="warm-up iterations")
     g.add_argument("-c", "--check", type=_int_at_least("-c", 0), default=1, help=check_help)
-    g.add_argument("-d", "--datatype", default="float", help="data type (default float)")
-    g.add_argument("-o", "--op", default="sum", help="reduction (default sum)")
-    g.add_argument("-r", "--root", type=_int_at_least("-r", 0), default=0, help="root rank (default 0)")
-    g.add_argument("-z", "--blocking", type=_int_at_least("-z", 0), default=0, help="blocking collectives")
-    # nccl-tests' process-layout and reporting flags: accepted so a pasted command line runs; the ranks
-    # come from the system options or -np, and there are no graphs to capture.
-    for flag, name, what in (("-t", "--nthreads", "threads per process"), ("-g", "--ngpus", "GPUs per thread"),
-                             ("-a", "--average", "how ranks' times are combined"),
-                             ("-m", "--agg_iters", "operations aggregated per iteration"),
-                             ("-N", "--run_cycles", "run cycles"), ("-G", "--cudagraph", "CUDA graph launches"),
-                             ("-C", "--report_cputime", "report CPU time"), ("-R", "--local_register", "registration")):
-        g.add_argument(flag, name, type=_int_at_least(flag, 0), default=None, help=f"{what} (accepted; no effect)")
+    g.add_argument("-d", "--datatype", default="float",
+                   help="data type, or all: every type in nccl-tests' order (default float)")
+    g.add_argument("-o", "--op", default="sum", help="reduction, or all: every reduction (default sum)")
+    g.add_argument("-r", "--root", type=_root, default=0,
+                   help="root rank, or all (also -1, what nccl-tests' parser takes): every rank in turn "
+                        "(default 0)")
+    g.add_argument("-z", "--blocking", type=_int_in("-z", 0, 3), default=0,
+                   help="blocking mode 0-3: printed as nccl-tests prints it; no effect on the times")
+    g.add_argument("-t", "--nthreads", type=_int_at_least("-t", 1), default=None,
+                   help="threads per process: with -g, how nccl-tests' processes hold the ranks (nThread, the "
+                        "device lines' pids, JSON); the ranks come from the system options (default 1)")
+    g.add_argument("-g", "--ngpus", type=_int_at_least("-g", 1), default=None, help="GPUs per thread (default 1)")
+    g.add_argument("-N", "--run_cycles", type=_int_at_least("-N", 1), default=None,
+                   help="print the sizes this many times (each cycle is priced alike; 0, forever, is refused)")
+    g.add_argument("-m", "--agg_iters", type=_int_at_least("-m", 1), default=None,
+                   help="operations aggregated per iteration: printed; no effect (each call is priced alone)")
+    g.add_argument("-G", "--cudagraph", type=_int_at_least("-G", 0), default=None,
+                   help="CUDA graph launches: printed (graph: N); no effect (launches are priced without graphs)")
+    g.add_argument("-p", "--parallel_init", type=_int_in("-p", 0, 1), default=None,
+                   help="printed as nccl-tests prints it; no effect")
+    g.add_argument("-u", "--unalign", type=_int_at_least("-u", 0), default=None,
+                   help="misalignment in elements: printed (unalign: N); no effect (alignment is not modelled)")
+    g.add_argument("-I", "--per_iter_timing", type=_int_in("-I", 0, 1), default=None,
+                   help="per-iteration columns i_min i_max i_p99 i_cv%% (every priced iteration takes the same "
+                        "time)")
+    g.add_argument("-K", "--per_iter_skip", type=_int_at_least("-K", 0), default=None,
+                   help="leading iterations -I's summary leaves out (0 .. -n minus 1)")
+    g.add_argument("-S", "--report_timestamps", type=_int_in("-S", 0, 1), default=None,
+                   help="a timestamp (the time each row is printed) at the end of each row")
+    g.add_argument("-M", "--memory", type=_int_in("-M", 0, 1), default=None,
+                   help="memory report: GPU memory use is not modelled, a note says so where nccl-tests prints it")
+    g.add_argument("-C", "--report_cputime", type=_int_in("-C", 0, 1), default=None,
+                   help="0 only: the CPU time of launching (-C 1) is not modelled")
+    g.add_argument("-D", "--device_implementation", type=_int_at_least("-D", 0), default=None,
+                   help="0 only: NCCL's device-API kernels (-D > 0) are not modelled")
+    for flag, name, what in (("-a", "--average", "how ranks' times are combined 0-3 (every rank has the same time)"),
+                             ("-R", "--local_register", "buffer registration 0-2 (registration is not modelled)"),
+                             ("-x", "--cta_policy", "NCCL's CTA policy 0-2 (not modelled)"),
+                             ("-V", "--device_cta_count", "CTAs of -D's kernels"),
+                             ("-y", "--stream_null", "the default stream 0/1")):
+        g.add_argument(flag, name, type=_int_at_least(flag, 0), default=None, help=f"{what}: accepted; no effect")
+    g.add_argument("--nccl-tests-version", dest="tests_version", type=_tests_version, default=api.NCCL_TESTS_LATEST,
+                   metavar="X.Y.Z", help=f"the nccl-tests release whose text to write (2.13.0 .. "
+                                         f"{api.NCCL_TESTS_LATEST}; default {api.NCCL_TESTS_LATEST})")
     return g
+
+
+def _int_in(name: str, low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} '{text}' is not an integer (valid: {low} .. {high})") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name} {value} (valid: {low} .. {high})")
+        return value
+    return parse
+
+
+def _root(text: str) -> int:
+    """-r: a rank, or all / -1 (every rank: README.md documents `all`, common.cu's strtol reads -1)."""
+    if text.strip().lower() in ("all", "-1"):
+        return -1
+    return _int_at_least("-r", 0)(text)
+
+
+def _tests_version(text: str) -> str:
+    try:
+        return api.nccl_tests_release(text)
+    except api.NickSimError as exc:
+        raise argparse.ArgumentTypeError(exc.line()) from None
+
+
+# The flags given (not None) that change what nicksim does only in the ways its help says.
+_TESTS_FLAGS = ("-t nthreads", "-g ngpus", "-N run_cycles", "-m agg_iters", "-G cudagraph", "-p parallel_init",
+                "-u unalign", "-I per_iter_timing", "-K per_iter_skip", "-S report_timestamps", "-M memory",
+                "-C report_cputime", "-D device_implementation", "-a average", "-R local_register",
+                "-x cta_policy", "-V device_cta_count", "-y stream_null", "-T timeout", "-J json")
+
+
+def _check_tests_flags(args) -> None:
+    """Each nccl-tests flag given is one the chosen release takes, and one nicksim can honour: a
+    UsageError naming it otherwise (nccl-tests itself warns and goes on for some of these)."""
+    version = args.tests_version
+    for spec in _TESTS_FLAGS:
+        flag, name = spec.split()
+        first = api.flag_release(flag)
+        given = getattr(args, name, None)
+        if flag == "-T" and given == 600.0:  # perf's own default for the DES watchdog
+            continue
+        if given is not None and first is not None and not api.release_at_least(version, first):
+            raise api.UsageError(f"nccl-tests {version} has no {flag} (it came in {first})", flag,
+                                 f"--nccl-tests-version {first} or later, or no {flag}")
+    if args.report_cputime:
+        raise api.UsageError("-C 1 reports the host's time to launch the calls, which nicksim does not model",
+                             "-C", "-C 0")
+    if args.device_implementation:
+        raise api.UsageError(f"-D {args.device_implementation}: NCCL's device-API kernels are not modelled", "-D",
+                             "-D 0 (NCCL's own kernels)")
+    if args.blocking == 3 and not api.release_at_least(version, "2.19.2"):
+        raise api.UsageError(f"nccl-tests {version} has no -z 3 (it came in 2.19.2)", "-z", "0, 1 or 2")
+    if args.cudagraph and (args.per_iter_timing or args.blocking == 3):
+        flag = "-I 1" if args.per_iter_timing else "-z 3"
+        raise api.UsageError(f"{flag} does not go with CUDA graphs (-G {args.cudagraph})", flag.split()[0],
+                             "-G 0, or leave it out")
+    if args.per_iter_skip and not args.per_iter_timing:
+        raise api.UsageError(f"-K {args.per_iter_skip} needs -I 1", "-K", "-I 1 with -K")
+    if args.per_iter_skip and args.per_iter_skip >= args.iters:
+        raise api.UsageError(f"-K {args.per_iter_skip} skips every one of -n {args.iters} iterations", "-K",
+                             f"0 .. {args.iters - 1}")
+
+
+def _perf_options(args, job, collective: str):
+    """PerfOptions from the nccl-tests flags (checked by _check_tests_flags), for `job`."""
+    def every(text: str) -> bool:
+        return text.strip().lower() == "all"
+    dtypes = api.all_dtypes(job, args.tests_version) if every(args.datatype) else ()
+    redops = api.ALL_REDOPS if every(args.op) else ()
+    roots = tuple(range(job.nranks)) if args.root == -1 else ()
+    dtype = "float" if dtypes else api.dtype_name(args.datatype)
+    redop = "sum" if redops else api.redop_name(args.op)
+    return api.PerfOptions(
+        collective, tuple(api.sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes)), dtype,
+        redop, max(args.root, 0), args.iters, args.warmup_iters, args.check, args.agg_iters or 1, args.minbytes,
+        args.maxbytes, api.step_text(args.stepfactor, args.stepbytes), args.plan, args.print_tuning,
+        tests_version=args.tests_version, step_factor=None if args.stepbytes is not None else args.stepfactor or 2,
+        step_nbytes=args.stepbytes, dtypes=dtypes, redops=redops, roots=roots, nthreads=args.nthreads or 1,
+        ngpus=args.ngpus or 1, graph=args.cudagraph or 0, unalign=args.unalign or 0, blocking=args.blocking,
+        parallel_init=args.parallel_init or 0, per_iter=args.per_iter_timing or 0,
+        per_iter_skip=args.per_iter_skip or 0, timestamps=args.report_timestamps or 0, memory_report=args.memory or 0,
+        run_cycles=args.run_cycles or 1, json_path=args.json,
+        argv=tuple(getattr(args, "argv", ())))
 
 
 def _add_run_parser(sub) -> None:
@@ -184,7 +310,9 @@ def _add_run_parser(sub) -> None:
                      help=f"the NCCL release whose plans run (default {api.DEFAULT_NCCL_VERSION})")
     run.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an NCCL_* / NICKSIM_* setting")
     _add_nccl_tests_flags(run, "check every element (#wrong)")
-    run.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
+    run.add_argument("-J", "--output_file", "--output-json", dest="json", metavar="FILE",
+                     help="write the results as nccl-tests' JSON; a file that is there is never overwritten (FILE.0, "
+                          "FILE.1, ... instead)")
     run.add_argument("--trace", metavar="FILE", help="write one more call of the largest size, every pass over "
                      "connection slots per rank, channel and peer, as Chrome trace JSON (opens in Perfetto)")
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -204,7 +332,8 @@ def _add_perf_parser(sub) -> None:
                           epilog=PERF_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     perf.add_argument("collective", metavar="COLL", help=f"{', '.join(api.COLLECTIVES)} (or the _perf names)")
     _add_system_options(perf, positional=False)
-    g = _add_nccl_tests_flags(perf, "check results (the model moves no data: #wrong prints N/A)")
+    g = _add_nccl_tests_flags(perf, "check results; the model and the DES move no data, so nothing is checked: they "
+                                    "print validation: 0 and #wrong N/A, as nccl-tests -c 0 (default 1)")
     perf.add_argument("--engine", default="nccl", choices=(*api.ENGINES, *api.ENGINE_ALIASES),
                       help="; ".join(f"{name}: {cls.doc}" for name, cls in api.ENGINES.items())
                            + " (model: nccl's former name)")
@@ -224,13 +353,18 @@ def _add_perf_parser(sub) -> None:
                       help="des: this rank's kernels start DELAY late (us, or 5ms, 1s; repeatable)")
     g.add_argument("-T", "--timeout", type=_positive_float("-T"), default=600.0,
                    help="des: the watchdog limit in seconds of simulated time (default 600, PyTorch's)")
-    perf.add_argument("-J", "--output-json", dest="json", metavar="FILE", help="write the results as JSON")
+    perf.add_argument("-J", "--output_file", "--output-json", dest="json", metavar="FILE",
+                      help="write the results as nccl-tests' JSON, nicksim's own fields under \"nicksim\"; a file "
+                           "that is there is never overwritten (FILE.0, FILE.1, ... instead)")
     perf.add_argument("--plan", action="store_true",
                       help="append NCCL's choice (algorithm, protocol, channels, threads) to each row")
     perf.add_argument("--print-tuning", action="store_true",
                       help="print NCCL's TUNING table (latency/bandwidth per collective, algorithm, protocol) first")
     perf.add_argument("--compare", metavar="FILE",
                       help="measured nccl-tests output (text, JSON or a case file) to set beside the model")
+    perf.add_argument("--plot", metavar="FILE",
+                      help="draw busbw and time against size to FILE (.png or .svg), each size's algorithm/protocol "
+                           "marked, --compare's rows overlaid (needs matplotlib: pip install 'nicksim[plot]')")
     perf.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     perf.set_defaults(run=_run_perf)
 
@@ -243,6 +377,10 @@ def _add_sweep_parser(sub) -> None:
     sw.add_argument("-j", "--workers", type=_int_at_least("--workers", 1), default=os.cpu_count() or 1,
                     help="local worker processes (default: one per CPU)")
     sw.add_argument("--dask", metavar="tcp://HOST:PORT", help="run the points on this Dask scheduler instead")
+    sw.add_argument("--plot", metavar="FILE",
+                    help="draw busbw against size to FILE (.png or .svg), a line per grid point named by the options "
+                         "that vary, each size's algorithm/protocol marked (needs matplotlib: pip install "
+                         "'nicksim[plot]')")
     sw.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     sw.set_defaults(run=_run_sweep)
 
@@ -404,11 +542,13 @@ def _run_topo(args, params) -> int:
 
 
 def _run_search(args, params) -> int:
-    job = _load(args, params)
-    logger = _logger(job, params)  # NCCL_DEBUG: what the job's ranks would log during init
-    logger.init()
-    logger.sink.close()
-    notes, lines = api.search_lines(job, args.print_tuning)
+    with api.Progress("nicksim search") as progress:
+        progress.phase("topology and graph search")
+        job = _load(args, params)
+        logger = _logger(job, params)  # NCCL_DEBUG: what the job's ranks would log during init
+        logger.init()
+        logger.sink.close()
+        notes, lines = api.search_lines(job, args.print_tuning)
     _warn(notes)
     print("\n".join(lines))
     _dump_files(job, params, graph_file=args.dump_graph)
@@ -451,28 +591,12 @@ def _engine(args, name: str):
 def _run_perf(args, params) -> int:
     name = api.canonical_engine(args.engine)
     _check_engine_flags(args, name)
-    job = _load(args, params, quiet=True)
-
-    def ready() -> None:  # the engine took the job: what loading it said, then the run
-        _warn(job.notes())
-        if args.nthreads or args.ngpus:
-            per_process = (args.nthreads or 1) * (args.ngpus or 1)
-            _warn([f"-t/-g describe nccl-tests' processes ({per_process} GPU(s) each); the job has {job.nranks} "
-                   "ranks from the system options (--nodes, --gpus-per-node)"])
-    collective = api.collective_name(args.collective)
-    options = api.PerfOptions(collective, tuple(api.sizes(args.minbytes, args.maxbytes, args.stepfactor or 2,
-                                                          args.stepbytes)),
-                              api.dtype_name(args.datatype), api.redop_name(args.op), args.root, args.iters,
-                              args.warmup_iters, args.check, args.agg_iters or 1, args.minbytes, args.maxbytes,
-                              api.step_text(args.stepfactor, args.stepbytes), args.plan, args.print_tuning)
-    if args.compare:  # a measurement that cannot be read says so before anything runs
-        api.measured_table(args.compare, collective, job.nranks)
-    engine = _engine(args, name)
-    logger = None if engine.ranks_log else _logger(job, params)  # else each rank writes its own
-    _dump_files(job, params)
-    run = api.run_perf(job, engine, options, _say, logger, ready)
-    if logger is not None:
-        logger.sink.close()
+    if args.plot:
+        api.check_plot(args.plot, "--plot")
+    _check_tests_flags(args)
+    with api.Progress("nicksim perf") as progress:
+        progress.phase("the system and its graphs")
+        run = _perf(args, params, name, progress)
     last = run.results[-1] if run.results else None
     if args.link_report and last is not None:
         print("\n".join(api.link_report(last)))
@@ -482,30 +606,110 @@ def _run_perf(args, params) -> int:
             api.write_json(args.trace, doc)
     if args.compare:
         print("\n".join(api.compare_lines(run, args.compare)))
-    if args.json:
-        api.write_json(args.json, run.json_doc())
+    if run.json_path:  # the file nccl-tests' rule claimed (-J: never one that was there)
+        api.write_json(run.json_path, run.json_doc())
+    if args.plot:
+        api.plot_perf(run, args.plot, args.compare)
     return 1 if run.hang is not None else 0
+
+
+def _perf(args, params, name: str, progress):
+    """The perf run itself, its lines printed as they come (a row as each size is answered)."""
+    job = _load(args, params, quiet=True)
+
+    def ready() -> None:  # the engine took the job: what loading it said, then the run
+        _warn(job.notes())
+        progress.phase("sizes")
+
+    def say(line: str) -> None:
+        progress.say(line)
+        if line.strip() and not line.startswith("#"):  # a row: one more size answered
+            progress.advance()
+    collective = api.collective_name(args.collective)
+    options = _perf_options(args, job, collective)
+    if args.compare:  # a measurement that cannot be read says so before anything runs
+        api.measured_table(args.compare, collective, job.nranks)
+    engine = _engine(args, name)
+    logger = None if engine.ranks_log else _logger(job, params)  # else each rank writes its own
+    _dump_files(job, params)
+    progress.phase(f"setting up the {name} engine")
+    run = api.run_perf(job, engine, options, say, logger, ready)
+    if logger is not None:
+        logger.sink.close()
+    return run
 
 
 def _run_real(args, params) -> int:
     """nicksim run: the host planned as a CPU-only node per host, its ranks here or the launcher's."""
+    _check_tests_flags(args)
+    _check_run_flags(args)
     collective = api.collective_name(args.collective)
     sizes = api.sizes(args.minbytes, args.maxbytes, args.stepfactor or 2, args.stepbytes)
-    header = api.run_header(args.minbytes, args.maxbytes, api.step_text(args.stepfactor, args.stepbytes),
-                            args.warmup_iters, args.iters, 1, args.check)
+    json_path = args.json
+    setup = _run_setup(args, collective)
+    header = "\n".join(_run_preamble(setup, args.tests_version))
+    start = _now()
 
     def traced(row, spans, nranks):
         other = {"bytes": row.nbytes, "collective": collective, "nranks": nranks, **row.plan,
                  "time_us": row.out_of_place.time_us}
         api.write_json(args.trace, api.real_trace(spans, other))
 
-    done = api.run_ranks(collective, sizes, args.datatype, args.op, args.root, args.iters, args.warmup_iters,
-                         args.check, args.nccl_version, bool(args.trace), params, args.nranks, args.argv, header,
-                         _say, traced if args.trace else None)
-    if done.rows and args.json:
-        api.write_json(args.json, api.results_json(collective, done.rows, {
-            "engine": "real", "system": api.HOST_SYSTEM, "nranks": done.nranks, "nccl_version": args.nccl_version}))
+    with api.Progress("nicksim run") as progress:
+        progress.phase("the ranks")
+        done = api.run_ranks(collective, sizes, args.datatype, args.op, args.root, args.iters, args.warmup_iters,
+                             args.check, args.nccl_version, bool(args.trace), params, args.nranks, args.argv, header,
+                             progress.say, traced if args.trace else None, args.tests_version)
+    if done.rows and json_path:  # rank 0, once it knows it is rank 0: the path is claimed after the table
+        claimed, line = api.claim_json_path(json_path)
+        _say(line)
+        if claimed:
+            env = [f"{k}={v}" for k, v in sorted(params.raw.items())
+                   if params.sources.get(k) in ("environment", "--env")]
+            api.write_json(claimed, api.nccl_tests_json(
+                setup, done.rows, version=args.tests_version, args=("nicksim", *args.argv), env=env, start_time=start,
+                end_time=_now(), extra={"collective": collective, "engine": "real", "system": api.HOST_SYSTEM,
+                                        "nranks": done.nranks, "nccl_version": args.nccl_version}))
     return done.status
+
+
+# nicksim run's ranks run one type, reduction and root with nccl-tests' defaults for the rest.
+_PERF_ONLY = (("-t", "nthreads", 1), ("-g", "ngpus", 1), ("-N", "run_cycles", 1), ("-I", "per_iter_timing", 0),
+              ("-S", "report_timestamps", 0), ("-M", "memory", 0))
+
+
+def _check_run_flags(args) -> None:
+    """nicksim run takes the nccl-tests flags that describe one run of its ranks; the others are
+    nicksim perf's (a UsageError naming the flag)."""
+    given = [flag for flag, name, default in _PERF_ONLY if getattr(args, name) not in (None, default)]
+    given += [flag for flag, value in (("-d", args.datatype), ("-o", args.op)) if value.strip().lower() == "all"]
+    given += ["-r"] if args.root == -1 else []
+    if given:
+        raise api.UsageError("nicksim run runs one type, reduction and root, a process per rank; this flag is nicksim "
+                             "perf's", given[0], "leave it out here, or use nicksim perf")
+
+
+def _run_setup(args, collective: str):
+    """What nccl-tests prints of a `nicksim run` before its devices (it lists none: its ranks are
+    processes here, not the planned GPUs)."""
+    version = api.parse_version(args.nccl_version)
+    return api.RunSetup(f"{collective}_perf", api.nccl_version_code(version.major, version.minor, version.patch),
+                          args.minbytes, args.maxbytes, None if args.stepbytes is not None else args.stepfactor or 2,
+                          args.stepbytes, args.warmup_iters, args.iters, args.agg_iters or 1, args.check,
+                          args.cudagraph or 0, args.unalign or 0, args.blocking, args.parallel_init or 0)
+
+
+def _run_preamble(setup, version: str) -> list[str]:
+    """nccl-tests' preamble up to its device list, which nicksim run leaves out (a note says why)."""
+    lines = api.preamble(setup, version)
+    return lines[:-2] + ["# nicksim: no device lines: the ranks are processes on this host (the first line says "
+                         "where), not the planned GPUs"]
+
+
+def _now() -> str:
+    """The local time as nccl-tests' JSON writes it (util.cu TIME_STRING_FORMAT)."""
+    import time
+    return time.strftime(api.TIME_FORMAT)
 
 
 def _run_hang_list(args, params) -> int:
@@ -520,7 +724,9 @@ def _run_hang_list(args, params) -> int:
 def _run_hang_replay(args, params) -> int:
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
-        done = api.replay(args.name, args.out or tmp, params)
+        with api.Progress("nicksim hang replay") as progress:
+            progress.phase(f"{args.name}: running its ranks and diagnosing")
+            done = api.replay(args.name, args.out or tmp, params)
         scenario = done.scenario
         print(f"# {scenario.name}: {scenario.title}")
         print(f"# {scenario.story}")
@@ -545,17 +751,12 @@ def _run_hang_diagnose(args, params) -> int:
 
 
 def _run_sweep(args, params) -> int:
+    if args.plot:
+        api.check_plot(args.plot, "--plot")
     points = api.read_grid(args.grid)
-    tty = sys.stderr.isatty()
-
-    def progress(done: int, total: int) -> None:
-        width = 30
-        bar = "#" * (width * done // total) + "-" * (width - width * done // total)
-        end = "\n" if done == total or not tty else ""
-        print(f"{chr(13) if tty else ''}nicksim sweep [{bar}] {done}/{total} points", end=end, file=sys.stderr,
-              flush=True)
-
-    table = api.sweep(points, args.workers, args.dask, progress)
+    with api.Progress("nicksim sweep", total=len(points)) as progress:
+        progress.phase("points")
+        table = api.sweep(points, args.workers, args.dask, lambda done, total: progress.advance())
     rows = table.records()
     if args.output and args.output.endswith(".json"):
         api.write_json(args.output, {"grid": args.grid, "rows": rows})
@@ -566,21 +767,51 @@ def _run_sweep(args, params) -> int:
     failed = sum(1 for row in rows if row.get("error"))
     if failed:
         _warn([f"{failed} of {len(rows)} rows have an error (see the error column)"])
+    if args.plot:
+        api.plot_sweep(rows, args.plot, title=Path(args.grid).name)
     return 0
 
 
 def _run_validate(args, params) -> int:
-    result = api.validate(args.cases, args.engine or ["nccl"], args.calibration)
-    print("\n".join(result.report_lines()))
+    if args.plots:  # said before the cases run
+        api.need_matplotlib("--plots")
+    shown: dict[str, list] = {}  # engine -> its results so far: the report is printed as cases finish
+
+    with api.Progress("nicksim validate") as progress:
+        def finish(engine: str) -> None:
+            for line in api.validation_tail(shown[engine]):
+                progress.say(line)
+
+        def case_done(engine, result, done: int, total: int) -> None:
+            if engine not in shown:
+                if shown:
+                    finish(list(shown)[-1])
+                    progress.say("")
+                for line in api.validation_head(engine):
+                    progress.say(line)
+                shown[engine] = []
+            shown[engine].append(result)
+            progress.total(total)
+            progress.say(api.validation_case_line(result))
+            progress.advance()
+
+        result = api.validate(args.cases, args.engine or ["nccl"], args.calibration, case_done)
+        finish(list(shown)[-1])
     if args.output_json:
         api.write_json(args.output_json, result.json_doc())
     if args.plots:
         result.plot(args.plots)
+    failed = [r for results in result.results.values() for r in results if r.error is not None]
+    if failed:  # a case that cannot be compared is an input error, not a result
+        raise api.UsageError(f"{len(failed)} case(s) did not run, first {failed[0].case.name}: {failed[0].error}",
+                             failed[0].case.path, "cases whose system and measured rows nicksim can read")
     return 0
 
 
 def _run_calibrate(args, params) -> int:
-    result = api.calibrate(args.cases, args.fit, args.values, args.jobs)
+    with api.Progress("nicksim calibrate") as progress:
+        progress.phase(f"fitting {args.fit} over the cases")
+        result = api.calibrate(args.cases, args.fit, args.values, args.jobs)
     print("\n".join(api.fit_lines(result)))
     if args.output:
         api.write_text(args.output, api.calibration_text(result))

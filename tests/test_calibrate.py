@@ -77,6 +77,6 @@ def test_cases_the_des_cannot_run_are_named_not_fitted(tmp_path):
     (tmp_path / "gone.toml").write_text('measured = "gone.json"\ncollective = "all_reduce"\n[system]\nsystem = "dgx-h100"\n')
     f = fit(find_cases(tmp_path), "step_lat.scale", (1.0, 2.0))
     assert f.cases == ("all_reduce",) and f.value == 1.0
-    assert f.skipped and f.skipped[0][0] == "gone" and "not found" in f.skipped[0][1]
+    assert f.skipped and f.skipped[0][0] == "gone" and "no such file" in f.skipped[0][1]
     assert f.held_out == ()  # one source: nothing to hold out
     assert any("not used: gone" in line for line in format_fit(f))

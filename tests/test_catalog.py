@@ -11,6 +11,8 @@ EXPECTED = {  # name: (GPUs, NETs, hosts)
     "dgx-b200": (8, 8, 1),
     "gb200-nvl72": (72, 72, 18), "pcie-8x-rtx4090": (8, 1, 1), "pcie-2x-rtx2080ti": (2, 1, 1),
     "pcie-8x-l40s": (8, 4, 1),
+    # aws-ofi-nccl presents p5's 32 EFA devices as 8 NCCL devices of 4 (topology/fill.py)
+    "aws-p5": (8, 8, 1), "azure-ndv4": (8, 8, 1), "azure-ndv5": (8, 8, 1),
 }
 
 

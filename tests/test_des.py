@@ -563,7 +563,7 @@ def test_perf_des_from_the_command_line(tmp_path):
                   "-J", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
     assert "(des)" in out.stdout and "# link report" in out.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["engine"] == "des"
+    assert json.loads((tmp_path / "r.json").read_text())["nicksim"]["engine"] == "des"
 
 
 def test_set_gives_every_link_of_a_kind_another_bandwidth():
@@ -595,7 +595,7 @@ def test_perf_des_hang_exits_1_with_the_report():
     out = run_cli("perf", "all_reduce", "-b", "64M", "-e", "64M", "--engine", "des", "--nodes", "2",
                   "--fault", "link-down:nic(0,0)->leaf(0,0)@10us", "-T", "1")
     assert out.returncode == 1, out.stderr
-    assert "# hang:" in out.stdout and "stalled on nic(0,0)->leaf(0,0)" in out.stdout
+    assert "# nicksim: hang:" in out.stdout and "stalled on nic(0,0)->leaf(0,0)" in out.stdout
 
 
 @pytest.mark.parametrize("args, where", [

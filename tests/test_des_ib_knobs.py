@@ -223,5 +223,5 @@ def test_perf_prints_the_completion_error_after_the_table():
     out = run_cli("perf", "all_reduce", "-b", "64M", "-e", "64M", "--engine", "des", "--nodes", "2",
                   "--fault", "link-down:nic(0,0)->leaf(0,0)@10us", "--env", "NCCL_IB_TIMEOUT=12")
     assert out.returncode == 1, out.stderr
-    assert "# hang:" in out.stdout and "NCCL aborted on a NET/IB completion error" in out.stdout
+    assert "# nicksim: hang:" in out.stdout and "NCCL aborted on a NET/IB completion error" in out.stdout
     assert "rank 0: NET/IB completion error status=12 (retry exceeded) on the connection to rank 8" in out.stdout

@@ -14,7 +14,7 @@ CORE = set(STAGES) | BASE | {"job"}
 ENGINES = {"model", "realhw"}
 FORMATS = {"formats"}
 ON_TOP = {"studies", "forensics", "scenarios"}
-FACADE = {"engines", "api"}
+FACADE = {"engines", "api", "progress"}  # progress: the bar long commands draw, offered by the api
 FRONT = {"cli", "__main__", "dashboard"}
 EVERY = CORE | ENGINES | FORMATS | ON_TOP | FACADE | FRONT | {"__init__"}
 

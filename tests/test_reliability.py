@@ -189,9 +189,10 @@ def test_the_fitting_size_is_the_largest_whose_buffers_fit():
 
 
 def test_the_real_engine_refuses_sizes_beyond_the_hosts_memory_before_any_rank_starts():
-    # Ring: a plan the backend runs (NCCL picks NVLS at 1 TiB on dgx-h100, refused first for itself)
-    one_line_exit_2(nicksim("perf", "all_reduce", "-b", "1T", "-e", "1T", "--engine", "real", "--env", "NCCL_ALGO=Ring"),
-                    "--engine real: a 1099511627776-byte all_reduce needs", "valid: sizes up to")
+    # Ring: a plan the backend runs (NCCL picks NVLS at 16 GiB on dgx-h100, refused first for itself);
+    # 16 GiB fits an H100's memory, so nccl-tests' own rule does not lower -e first
+    one_line_exit_2(nicksim("perf", "all_reduce", "-b", "16G", "-e", "16G", "--engine", "real", "--env", "NCCL_ALGO=Ring"),
+                    "--engine real: a 17179869184-byte all_reduce needs", "valid: sizes up to")
 
 
 def _children(pid: int) -> list[int]:

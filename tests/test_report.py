@@ -9,9 +9,11 @@ import pytest
 
 from conftest import need_validation
 from nicksim.errors import UsageError
-from nicksim.formats.report import (COLLECTIVES, Measurement, ResultRow, bus_factor, collective_name, format_number,
-                                    format_row, format_table, measurement, read_results, result_row, results_json,
-                                    size_and_count)
+from nicksim.formats.report import (COLLECTIVES, IterStats, Measurement, ResultRow, RankDevice, RunSetup, bus_factor,
+                                    claim_json_path, closing_lines, collective_name, device_line, flag_release,
+                                    format_number, format_row, format_table, measurement,
+                                    memory_max_nbytes, nccl_version_code, preamble, read_results, reduced_sizes,
+                                    result_row, results_json, size_and_count, table_header, nccl_tests_json)
 
 TAG = re.compile(r"\[\d+,\d+\]<stdout>:")
 
@@ -414,3 +416,169 @@ def test_bad_input_is_one_line(text, where, words):
         read_results(text, "x.log")
     line = err.value.line()
     assert where in line and words in line and "\n" not in line
+
+
+# --- the run around the table ----------------------------------------------------------------
+
+def printf_header(names: str, units: str, name_args, unit_args) -> list[str]:
+    """writeResultHeader's lines from its own formats (the title line is the same in every release)."""
+    title = "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+    return ["#", title % ("", "", "", "", ""), names % name_args, units % unit_args]
+
+
+LEAD = "# %10s  %12s  %8s  %6s  %6s"
+KEYS = ("size", "count", "type", "redop", "root")
+UNITS = ("(B)", "(elements)", "", "", "")
+
+
+def test_header_layouts_by_release():
+    cells = ("time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+    unit_cells = ("(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+    # src/util.cu v2.17.3 writeResultHeader: two spaces before #wrong, its unit cell "%5s", nothing after
+    v2_17_3 = printf_header(LEAD + "  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
+                            LEAD + "  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s", KEYS + cells, UNITS + unit_cells)
+    assert table_header("2.17.3") == table_header("2.17.5") == v2_17_3
+    # v2.17.6: a timestamp column " %20s", empty without -S
+    fmt = "  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %20s"
+    assert table_header("2.17.6") == printf_header(LEAD + fmt, LEAD + fmt, KEYS + cells + ("",),
+                                                   UNITS + unit_cells + ("",))
+    assert table_header("2.17.6", timestamps=True)[2].endswith("#wrong            timestamp")
+    # v2.17.7+: " %*s" (0 wide without -S, 19 with), the layout of HEADER_CURRENT (2.17.8's log)
+    fmt = "  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s"
+    assert table_header("2.19.6") == table_header("2.17.7") == HEADER_CURRENT == printf_header(
+        LEAD + fmt, LEAD + fmt, KEYS + cells + (0, ""), UNITS + unit_cells + (0, ""))
+    stamped = table_header("2.19.6", timestamps=True, cputime=True)
+    cpu = ("cputime",) + cells[1:4] + ("cputime",) + cells[5:]
+    assert stamped[2] == (LEAD + fmt) % (KEYS + cpu + (19, "timestamp"))
+    assert stamped[3].endswith("  %Y-%m-%d %H:%M:%S")
+    per_iter = table_header("2.19.2", per_iter=True)
+    assert per_iter[1].endswith("in-place (+ per-iteration)") and per_iter[2].split()[-4:] == ["i_min", "i_max",
+                                                                                               "i_p99", "i_cv%"]
+    for bad in (lambda: table_header("2.17.5", timestamps=True), lambda: table_header("2.19.1", per_iter=True)):
+        with pytest.raises(UsageError):
+            bad()
+
+
+def test_rows_with_per_iteration_columns_and_timestamps():
+    row = ResultRow(1024, 256, "float", "sum", -1, Measurement(12.5, 0.08, 0.14, None),
+                    Measurement(12.6, 0.08, 0.14, None))
+    stats = IterStats(12.0, 13.0, 12.5, 12.5, 12.5, 13.0, 0.3, 2.5, (12.5,) * 20)
+    line = format_row(row, per_iter=(stats, stats), timestamp="2026-01-01 00:00:00")
+    # writeBenchmarkLineBody, then writePerIterReport "  %7s  %7s  %7s  %7s" per placement, then "%21s"
+    assert line.endswith("    N/A    12.00    13.00    13.00     2.50  2026-01-01 00:00:00")
+    (table,) = read_results("\n".join(table_header(per_iter=True, timestamps=True) + [line]))
+    assert table.rows[0].in_place == Measurement(12.6, 0.08, 0.14, None)
+
+
+def test_device_lines_as_the_logs_print_them():
+    # xxrjun_cluster01_smoke_N2_G1.log line 6 (nccl-tests 2.17.8) and NVIDIA/nccl-tests issue #322 (2.13-2.16.5)
+    assert device_line(RankDevice(0, 0, 2201134, "cnode3-002", 0, "0000:1b:00.0", "NVIDIA H100 80GB HBM3"), "2.17.8") \
+        == "#  Rank  0 Group  0 Pid 2201134 on cnode3-002 device  0 [0000:1b:00] NVIDIA H100 80GB HBM3"
+    assert device_line(RankDevice(7, 0, 3491124, "HCA-32", 7, "0000:c2:00.0", "NVIDIA H100 80GB HBM3"), "2.16.5") \
+        == "#  Rank  7 Group  0 Pid 3491124 on     HCA-32 device  7 [0000:c2:00] NVIDIA H100 80GB HBM3"
+    # src/common.cu: "#   Rank %2d Pid %6d on %10s device %2d [0x%02x] %s" before v2.13.4, with Group until v2.14.0
+    d = RankDevice(3, 0, 41, "h", 3, "0000:61:00.0", "GPU")
+    assert device_line(d, "2.13.3") == "#   Rank  3 Pid     41 on          h device  3 [0x61] GPU"
+    assert device_line(d, "2.14.0") == "#  Rank  3 Group  0 Pid     41 on          h device  3 [0x61] GPU"
+    assert device_line(d, "2.14.1") == "#  Rank  3 Group  0 Pid     41 on          h device  3 [0000:61:00] GPU"
+
+
+def test_preamble_as_a_real_log_prints_it():
+    # xxrjun_cluster01_smoke_N2_G1.log lines 1-7: nccl-tests 2.17.8 on NCCL 2.29.2
+    log = ["# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902",
+           "# Collective test starting: all_reduce_perf",
+           "# nThread 1 nGpus 1 minBytes 33554432 maxBytes 536870912 step: 2(factor) warmup iters: 2 iters: 5 agg "
+           "iters: 1 validation: 1 graph: 0",
+           "#",
+           "# Using devices",
+           "#  Rank  0 Group  0 Pid 2201134 on cnode3-002 device  0 [0000:1b:00] NVIDIA H100 80GB HBM3",
+           "#  Rank  1 Group  0 Pid 945256 on cnode3-003 device  0 [0000:1b:00] NVIDIA H100 80GB HBM3"]
+    processes = tuple((RankDevice(r, 0, pid, host, 0, "0000:1b:00.0", "NVIDIA H100 80GB HBM3"),)
+                      for r, pid, host in ((0, 2201134, "cnode3-002"), (1, 945256, "cnode3-003")))
+    setup = RunSetup("all_reduce_perf", nccl_version_code(2, 29, 2), 33554432, 536870912, 2, None, 2, 5,
+                       processes=processes)
+    assert preamble(setup, "2.17.8") == log
+    lines = preamble(RunSetup("all_reduce_perf", 22902, 8, 8, None, 1024, blocking=2, parallel_init=1, unalign=1,
+                                per_iter=1, per_iter_skip=3), "2.19.6")
+    assert lines[2].endswith("step: 1024(bytes) warmup iters: 1 iters: 20 agg iters: 1 validation: 1 graph: 0 "
+                             "unalign: 1")
+    assert lines[3:] == ["# Blocking Enabled: wait after each inner iteration (-m), no barrier ",
+                         "# Per-Iteration Report: CUDA event timing; i_* uses max over process rows; summary skips "
+                         "first 3 iterations ",
+                         "# Parallel Init Enabled: threads call into NcclInitRank concurrently ", "#",
+                         "# Using devices"]
+    assert preamble(RunSetup("x_perf", 0, 8, 8, blocking=2), "2.18.0")[3] == \
+        "# Blocking Enabled: wait for completion and barrier after each collective "
+    many = RunSetup("x_perf", 0, 8, 8, processes=(tuple(RankDevice(r, 0, 1, "h", r, "0000:01:00.0", "G" * 60)
+                                                           for r in range(40)),))
+    cut = preamble(many, "2.19.6")[5:]  # one process's 40 lines overflow its 2048-byte buffer (MAX_LINE)
+    assert len("\n".join(cut)) + 1 == 2047 and cut[-1].endswith("...")
+    assert nccl_version_code(2, 8, 4) == 2804 and nccl_version_code(2, 30, 7) == 23007
+
+
+def test_memory_rule_against_published_logs():
+    # "Reducing maxBytes to N" lines of real runs with -c 1, each GPU's totalGlobalMem worked back from them
+    assert memory_max_nbytes(84929478656, 1, "2.16.5") == 27951912277  # H100 80GB HBM3, NVIDIA/nccl-tests#322
+    assert memory_max_nbytes(150109880320, 1, "2.18.3") == 48247057066  # H200, a 2.18.3 run
+    assert memory_max_nbytes(42406903808, 1, "2.16.7") == 12703978837  # A100-PCIE-40GB, NVIDIA/nccl-tests#350
+    assert memory_max_nbytes(16928342016, 1, "2.14.0") == 5284866730  # V100-SXM2-16GB
+    assert memory_max_nbytes(84929478656, 0, "2.19.6") == (84929478656 - 5 * (1 << 30)) // 2
+    assert memory_max_nbytes(1 << 29, 1) > 1 << 60  # size_t wraps: nothing is reduced
+    assert reduced_sizes(8, 1 << 40, 1000, "2.16.6") == (8, 1000) and reduced_sizes(8, 100, 1000) is None
+    assert reduced_sizes(2000, 4000, 1000, "2.16.6") == (1000, 1000)  # minBytes follows from 2.16.6
+    assert reduced_sizes(2000, 4000, 1000, "2.16.5") == (2000, 1000)
+
+
+def test_closing_lines_by_release():
+    assert closing_lines("2.13.3") == []
+    assert closing_lines("2.13.4") == closing_lines("2.17.6") == [""]  # the empty ncclGetLastError line
+    assert closing_lines("2.17.7") == ["#", ""] and closing_lines("2.19.6", "# m") == ["# m", "#", ""]
+
+
+def test_flags_by_release():
+    assert flag_release("-J") == "2.17.3" and flag_release("-S") == "2.17.6" and flag_release("-K") == "2.19.6"
+    assert flag_release("-b") is None
+
+
+def test_tests_json_as_util_cu_writes_it():
+    rows = [result_row("all_reduce", 2, 1024, "float", 10.0, 11.0, nwrong=0)]
+    device = RankDevice(0, 0, 7, "host a", 0, "0000:1b:00.0", "NVIDIA H100 80GB HBM3")
+    setup = RunSetup("all_reduce_perf", 22902, 1024, 1024, processes=((device,), (device,)))
+    doc = nccl_tests_json(setup, rows, extra={"engine": "nccl"})
+    assert list(doc) == ["version", "start_time", "args", "env", "nccl_version", "config", "results", "out_of_bounds",
+                         "average_bus_bandwidth", "errors", "end_time", "nicksim"]
+    assert doc["version"] == 3 and doc["config"]["blocking_collectives"] == "false"
+    assert doc["config"]["devices"][0] == {"rank": 0, "group": 0, "pid": 7, "hostname": "host", "device": 0,
+                                           "device_hex": "0000:1b:00", "device_info": "NVIDIA H100 80GB HBM3"}
+    item = doc["results"][0]
+    assert list(item) == ["size", "count", "type", "redop", "root", "out_of_place", "in_place", "actual_iterations",
+                          "experiment_name"]
+    assert item["out_of_place"]["nwrong"] == 0.0 and doc["out_of_bounds"] == {"count": 0, "okay": "true"}
+    old = nccl_tests_json(setup, rows, version="2.17.8")
+    assert old["version"] == 1 and "average_bus_bandwidith" in old and "per_iter_timing" not in old["config"]
+    assert nccl_tests_json(setup, rows, version="2.19.2")["version"] == 2
+    with pytest.raises(UsageError):
+        nccl_tests_json(setup, rows, version="2.17.2")
+    for doc in (old, nccl_tests_json(setup, rows, version="2.19.6", cputime=True)):
+        (table,) = read_results(json.dumps(doc))
+        assert table.avg_busbw_gbps == pytest.approx(rows[0].out_of_place.busbw_gbps * 0.5 +
+                                                     rows[0].in_place.busbw_gbps * 0.5)
+
+
+def test_json_paths_are_claimed_never_overwritten(tmp_path):
+    target = tmp_path / "r.json"
+    assert claim_json_path(str(target)) == (str(target), f"# Writing JSON output to {target}")
+    assert claim_json_path(str(target))[0] == f"{target}.0" and claim_json_path(str(target))[0] == f"{target}.1"
+    missing = tmp_path / "no" / "r.json"
+    assert claim_json_path(str(missing)) == (None, f"# skipping json output; {missing} not accessible")
+    assert claim_json_path("/dev/null") == ("/dev/null", "# Writing JSON output to /dev/null")  # written as it is
+
+
+def test_nicksim_lines_and_plan_notes_read_as_nccl_tests_text():
+    row = result_row("all_reduce", 8, 1024, "float", 10.0, 10.0)
+    text = "\n".join(["# nicksim perf all_reduce: engine nccl, dgx-h100, 8 ranks (1 node x 8 GPUs), NCCL 2.30",
+                      "# nicksim: a note", "# nccl-tests version 2.19.6 nccl-headers=1 nccl-library=1",
+                      "# Collective test starting: all_reduce_perf", *table_header(),
+                      format_row(row) + "  # Ring/LL 24ch 512t", *format_table("all_reduce", [row])[5:]])
+    (table,) = read_results(text)
+    assert (table.collective, table.nranks, table.rows[0].out_of_place.time_us) == ("all_reduce", 8, 10.0)

@@ -67,8 +67,8 @@ def test_run_prints_nccl_tests_table_and_every_element_is_right(collective, nran
     assert [row.nbytes for row in table.rows] == sizes and len(sizes) == 3
     assert all(row.out_of_place.nwrong == 0 and row.in_place.nwrong == 0 for row in table.rows)
     assert "# Out of bounds values : 0 OK" in out
-    assert out.splitlines()[1] == f"# not used here: GPU kernels and CUDA IPC ({gpu_unavailable()}); IB verbs " \
-                                  f"({verbs_unavailable()})"
+    assert out.splitlines()[1] == f"# nicksim: not used here: GPU kernels and CUDA IPC ({gpu_unavailable()}); " \
+                                  f"IB verbs ({verbs_unavailable()})"
     assert (tmp_path / "run.json").exists()
     assert not leaked(before)
 

@@ -34,6 +34,7 @@ def test_catalog_bandwidths():
     expected = {
         "dgx-a100": 12 * 20.0, "dgx-h100": 18 * 20.6, "hgx-h200": 18 * 20.6, "hgx-h800": 8 * 20.6, "dgx-b200": 18 * 40.1,
         "gb200-nvl72": 18 * 40.1, "pcie-8x-rtx4090": 24.0, "pcie-2x-rtx2080ti": 12.0, "pcie-8x-l40s": 24.0,
+        "aws-p5": 18 * 20.6, "azure-ndv4": 12 * 20.0, "azure-ndv5": 18 * 20.6,
     }
     assert set(expected) == set(CATALOG)
     for name, total in expected.items():

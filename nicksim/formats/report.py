@@ -1,18 +1,24 @@
-"""nccl-tests' result tables, written and read.
+"""nccl-tests' result tables and the run around them, written and read.
 
 This module promises nccl-tests' own output for rows that were measured or modelled: the text
 table (header, one line per size, footer) character for character as a given nccl-tests release
-prints it (src/util.cu; src/common.cu before v2.17.3), its `-J` JSON, and the bus-bandwidth
-factors and size conventions of each *_perf binary (src/<collective>.cu). The reader takes back
-what nccl-tests printed: text output in the v2.13-v2.17.2 and v2.17.3+ layouts, with
-`mpirun --tag-output` and hostname prefixes and NCCL INFO lines in between; nccl-tests' JSON and
-our own; and the `# collective=` CSV blocks of the validation cases. Bad input is one
-UsageError naming the line.
+prints it (src/util.cu; src/common.cu before v2.17.3), the lines before it (version, starting
+line, the nThread line, one device line per rank, "Reducing maxBytes") and after it, its `-J`
+JSON, and the bus-bandwidth factors and size conventions of each *_perf binary
+(src/<collective>.cu). Text nicksim adds is marked so that a diff against a real log shows
+numbers only: every line of nicksim's own starts with "# nicksim", and what it appends to a row
+(perf --plan) comes after nccl-tests' last column, from "  #" on; delete those lines, cut rows
+there, and the rest is nccl-tests' text with only numbers (and names it made up: hosts) apart.
+The reader takes back what nccl-tests printed: text output in the v2.13-v2.17.2 and v2.17.3+
+layouts, with `mpirun --tag-output` and hostname prefixes and NCCL INFO lines in between;
+nccl-tests' JSON and our own; and the `# collective=` CSV blocks of the validation cases. Bad
+input is one UsageError naming the line.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -23,6 +29,21 @@ __all__ = [
     "run_header",
     "step_text",
     "NCCL_TESTS_LATEST",
+    "nccl_tests_release",
+    "flag_release",
+    "TIME_FORMAT",
+    "IterStats",
+    "RankDevice",
+    "RunSetup",
+    "nccl_version_code",
+    "device_line",
+    "preamble",
+    "memory_max_nbytes",
+    "reduced_sizes",
+    "reducing_lines",
+    "closing_lines",
+    "nccl_tests_json",
+    "claim_json_path",
     "COLLECTIVES",
     "DTYPE_NBYTES",
     "Measurement",
@@ -50,11 +71,28 @@ NCCL_TESTS_LATEST = "2.19.6"
 DTYPE_NBYTES: dict[str, int] = {**DTYPES, "char": 1, "int": 4}
 
 
-# Layout changes, as nccl-tests tags them.
+# Layout changes, as nccl-tests tags them (src/common.cu, from v2.17.3 src/util.cu).
 _V_FIRST = (2, 13, 0)  # before: per-collective headers with an `error` column
-_V_CONCLUDED = (2, 16, 7)  # `# Collective test concluded:` line
-_V_WIDE = (2, 17, 3)  # util.cu: getFloatStr for all three numbers, #wrong in 6 columns
-_V_FIT = (2, 19, 6)  # getFloatStr keeps the most decimals that fit, instead of counting digits
+_V_GROUP = (2, 13, 4)  # device lines name the Group; the last NCCL error (a blank line) after the footer
+_V_PCI_BUS_ID = (2, 14, 1)  # device lines: [%04x:%02x:%02x] instead of [0x%02x]
+_V_FP8 = (2, 15, 0)  # -d all includes f8e4m3 and f8e5m2 (NCCL 2.24+ on sm_90+)
+_V_RESERVE = (2, 16, 6)  # memory rule keeps 1 GiB per 16 GiB (at most 4) back; minBytes follows maxBytes
+_V_CONCLUDED = (2, 16, 7)  # `# Collective test starting:` / `concluded:` lines
+_V_WIDE = (2, 17, 3)  # util.cu: getFloatStr for all three numbers, #wrong in 6 columns; -J
+_V_VERSION_LINE = (2, 17, 4)  # `# nccl-tests version X nccl-headers=N nccl-library=N`
+_V_TIMESTAMPS = (2, 17, 6)  # -S; the header's timestamp column (" %20s")
+_V_TS_PAD = (2, 17, 7)  # header " %*s"; -M; `#` before the closing blank line
+_V_JSON_SPELLING = (2, 17, 9)  # JSON "average_bus_bandwidth" (before: "average_bus_bandwidith")
+_V_NO_BARRIER = (2, 18, 1)  # -z 2
+_V_UNALIGN_SHOWN = (2, 18, 2)  # ` unalign: N` on the nThread line
+_V_PER_ITER = (2, 19, 2)  # -I, -z 3, the blocking lines reworded; JSON version 2
+_V_FIT = (2, 19, 6)  # getFloatStr keeps the most decimals that fit; -K; JSON version 3
+
+# The flags later releases added (their getopt strings, src/common.cu); -t -g -b -e -i -f -n -m
+# -w -p -c -o -d -r -z -G -a are in every release since 2.13.0.
+_FLAG_SINCE = {"-y": (2, 13, 4), "-T": (2, 13, 4), "-C": (2, 13, 4), "-N": (2, 13, 10), "-R": (2, 13, 10),
+               "-x": (2, 17, 0), "-D": (2, 17, 0), "-V": (2, 17, 0), "-J": _V_WIDE, "-S": _V_TIMESTAMPS,
+               "-M": _V_TS_PAD, "-u": (2, 18, 0), "-I": _V_PER_ITER, "-K": _V_FIT}
 
 
 @dataclass(frozen=True)
@@ -186,7 +224,31 @@ def _version(text: str) -> tuple[int, int, int]:
     if version < _V_FIRST:
         raise UsageError(f"nccl-tests {text} prints per-collective tables with an 'error' column",
                          "version", "2.13.0 or later")
+    if version > _version_tuple(NCCL_TESTS_LATEST):
+        raise UsageError(f"nccl-tests {text} is newer than the releases nicksim knows", "version",
+                         f"2.13.0 .. {NCCL_TESTS_LATEST}")
     return version
+
+
+def _version_tuple(text: str) -> tuple[int, int, int]:
+    major, minor, patch = (int(part) for part in text.split("."))
+    return major, minor, patch
+
+
+def nccl_tests_release(text: str, where: str = "--nccl-tests-version") -> str:
+    """An nccl-tests release as X.Y.Z ('2.17' is 2.17.0), or a UsageError naming `where`: nicksim
+    writes the layouts of 2.13.0 .. NCCL_TESTS_LATEST."""
+    try:
+        return ".".join(str(part) for part in _version(text))
+    except UsageError as exc:
+        raise UsageError(exc.what, where, exc.valid) from None
+
+
+def flag_release(flag: str) -> str | None:
+    """The first nccl-tests release that takes `flag` (src/common.cu's getopt string), None for
+    the flags every release since 2.13.0 takes."""
+    since = _FLAG_SINCE.get(flag)
+    return ".".join(str(part) for part in since) if since else None
 
 
 def _float_str(value: float, width: int, fit: bool) -> str:
@@ -243,10 +305,38 @@ def _measurement_text(m: Measurement, version: tuple[int, int, int], where: str)
     return text + (f"  {_g(float(m.nwrong), 5)}" if m.nwrong is not None else "    N/A")
 
 
-def format_row(row: ResultRow, version: str = NCCL_TESTS_LATEST, *, index: int | None = None) -> str:
+@dataclass(frozen=True)
+class IterStats:
+    """-I's summary of one placement's iterations (util.cu computeIterStats, times in
+    microseconds): the printed min, max, p99 and coefficient of variation (%), with the mean,
+    p50, p95, standard deviation, every iteration's time and, for runs of several processes,
+    each process's times (per_process_max_times_us) that the JSON carries."""
+
+    min_us: float
+    max_us: float
+    avg_us: float
+    p50_us: float
+    p95_us: float
+    p99_us: float
+    stdev_us: float
+    cv_pct: float
+    times_us: tuple[float, ...]
+    per_process_us: tuple[tuple[float, ...], ...] = ()
+
+
+def _iter_text(stats: IterStats, version: tuple[int, int, int]) -> str:
+    fit = version >= _V_FIT  # writePerIterReport: "  %7s  %7s  %7s  %7s" of getFloatStr(.., 7)
+    return "".join(f"  {_float_str(value, 7, fit)}" for value in (stats.min_us, stats.max_us, stats.p99_us,
+                                                                    stats.cv_pct))
+
+
+def format_row(row: ResultRow, version: str = NCCL_TESTS_LATEST, *, index: int | None = None,
+               per_iter: tuple[IterStats, IterStats] | None = None, timestamp: str | None = None) -> str:
     """One table line as nccl-tests `version` prints it: size, count, type, redop, root, then
-    out-of-place and in-place time, algbw, busbw and #wrong (N/A when not checked). A row
-    without in-place prints the out-of-place part only (nccl-tests itself always prints both)."""
+    out-of-place and in-place time, algbw, busbw and #wrong (N/A when not checked), each
+    placement followed by its -I columns where `per_iter` gives them, and -S's `timestamp`
+    ("%21s") at the end. A row without in-place prints the out-of-place part only (nccl-tests
+    itself always prints both)."""
     v = _version(version)
     where = f"row {index}" if index is not None else "row"
     for name in ("nbytes", "count", "dtype", "redop", "root"):
@@ -254,25 +344,55 @@ def format_row(row: ResultRow, version: str = NCCL_TESTS_LATEST, *, index: int |
             raise UsageError(f"a row without {name} cannot be printed", where, "rows with every column")
     text = f"{row.nbytes:12d}  {row.count:12d}  {row.dtype:>8}  {row.redop:>6}  {row.root:6d}"
     text += _measurement_text(row.out_of_place, v, where)
+    if per_iter is not None:
+        text += _iter_text(per_iter[0], v)
     if row.in_place is not None:
         text += _measurement_text(row.in_place, v, where)
+        if per_iter is not None:
+            text += _iter_text(per_iter[1], v)
+    if timestamp is not None:
+        text += f"{timestamp:>21}"
     return text
 
 
-def _header(v: tuple[int, int, int]) -> list[str]:
-    blank = f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}"
-    title = blank + "           out-of-place                       in-place          "
-    names = f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}"
-    units = f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}"
-    half_names = f"  {'time':>7}  {'algbw':>6}  {'busbw':>6}"
-    half_units = f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}"
-    if v >= _V_WIDE:  # trailing blank: the empty timestamp column (" %*s")
-        names += f"{half_names}  {'#wrong':>6}{half_names}  {'#wrong':>6} "
-        units += f"{half_units}  {'':>6}{half_units}  {'':>6} "
-    else:
-        names += f"{half_names} {'#wrong':>6}{half_names} {'#wrong':>6}"
-        units += f"{half_units}  {'':>5}{half_units}  {'':>5}"
-    return ["#", title, names, units]
+_TITLE = "           out-of-place                       in-place          "
+_TITLE_PER_ITER = ("              out-of-place (+ per-iteration)                                in-place "
+                   "(+ per-iteration)")
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"  # util.cu TIME_STRING_FORMAT
+
+
+def _header(v: tuple[int, int, int], cputime: bool, timestamps: bool, per_iter: bool) -> list[str]:
+    """writeResultHeader (util.cu; common.cu before v2.17.3): `#` and the three header lines."""
+    time = "cputime" if cputime else "time"
+    lead = "# %10s  %12s  %8s  %6s  %6s"
+    blank = lead % ("", "", "", "", "")
+    key = ("size", "count", "type", "redop", "root")
+    unit = ("(B)", "(elements)", "", "", "")
+    label, fmt, pad = ("timestamp", TIME_FORMAT, 19) if timestamps else ("", "", 0)
+    if per_iter:  # v2.19.2+
+        cells = "  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s" * 2 + " %*s"
+        names = (lead + cells) % (*key, time, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%",
+                                  time, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", pad, label)
+        units = (lead + cells) % (*unit, "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)",
+                                  "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", pad, fmt)
+        return ["#", blank + _TITLE_PER_ITER, names, units]
+    name_cells = (time, "algbw", "busbw", "#wrong", time, "algbw", "busbw", "#wrong")
+    unit_cells = ("(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+    if v < _V_WIDE:  # common.cu: one space before #wrong, its unit cell 5 wide
+        names = (lead + "  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s") % (*key, *name_cells)
+        units = (lead + "  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s") % (*unit, *unit_cells)
+    elif v < _V_TIMESTAMPS:  # util.cu 2.17.3-2.17.5: two spaces, the unit cell still 5 wide
+        names = (lead + "  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s") % (*key, *name_cells)
+        units = (lead + "  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s") % (*unit, *unit_cells)
+    elif v < _V_TS_PAD:  # 2.17.6: the timestamp column always 20 wide
+        cells = "  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %20s"
+        names = (lead + cells) % (*key, *name_cells, label)
+        units = (lead + cells) % (*unit, *unit_cells, fmt)
+    else:  # 2.17.7+: " %*s", one blank without -S
+        cells = "  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s"
+        names = (lead + cells) % (*key, *name_cells, pad, label)
+        units = (lead + cells) % (*unit, *unit_cells, pad, fmt)
+    return ["#", blank + _TITLE, names, units]
 
 
 def average_busbw(rows) -> float | None:
@@ -304,11 +424,14 @@ def format_table(collective: str, rows, *, version: str = NCCL_TESTS_LATEST, thr
 
 
 def run_header(min_nbytes: int, max_nbytes: int, step: str, warmup_iters: int, iters: int, agg_iters: int,
-               check: int) -> str:
-    """nccl-tests' line about the run before its table (common.cu, one thread and one GPU per
-    process): `# nThread 1 nGpus 1 minBytes ... step: 2(factor) ... graph: 0`."""
-    return (f"# nThread 1 nGpus 1 minBytes {min_nbytes} maxBytes {max_nbytes} step: {step} warmup iters: "
-            f"{warmup_iters} iters: {iters} agg iters: {agg_iters} validation: {check} graph: 0")
+               check: int, *, version: str = NCCL_TESTS_LATEST, graph: int = 0, unalign: int = 0,
+               nthreads: int = 1, ngpus: int = 1) -> str:
+    """nccl-tests' line about the run before its table (util.cu writeDeviceReport; common.cu
+    before v2.17.3): `# nThread 1 nGpus 1 minBytes ... step: 2(factor) ... graph: 0`, and from
+    v2.18.2 ` unalign: N`."""
+    text = (f"# nThread {nthreads} nGpus {ngpus} minBytes {min_nbytes} maxBytes {max_nbytes} step: {step} "
+            f"warmup iters: {warmup_iters} iters: {iters} agg iters: {agg_iters} validation: {check} graph: {graph}")
+    return text + (f" unalign: {unalign}" if _version(version) >= _V_UNALIGN_SHOWN else "")
 
 
 def step_text(step_factor: int | None, step_nbytes: int | None) -> str:
@@ -316,9 +439,16 @@ def step_text(step_factor: int | None, step_nbytes: int | None) -> str:
     return f"{step_nbytes}(bytes)" if step_nbytes is not None else f"{step_factor or 2}(factor)"
 
 
-def table_header(version: str = NCCL_TESTS_LATEST) -> list[str]:
-    """The table's first four lines (format_table's), for a run that prints rows as they come."""
-    return _header(_version(version))
+def table_header(version: str = NCCL_TESTS_LATEST, *, cputime: bool = False, timestamps: bool = False,
+                 per_iter: bool = False) -> list[str]:
+    """The table's first four lines (format_table's), for a run that prints rows as they come:
+    `cputime` for -C 1, `timestamps` for -S 1 (v2.17.6+), `per_iter` for -I 1 (v2.19.2+)."""
+    v = _version(version)
+    if timestamps and v < _V_TIMESTAMPS:
+        raise UsageError(f"nccl-tests {version} has no -S", "-S", f"nccl-tests {flag_release('-S')} or later")
+    if per_iter and v < _V_PER_ITER:
+        raise UsageError(f"nccl-tests {version} has no -I", "-I", f"nccl-tests {flag_release('-I')} or later")
+    return _header(v, cputime, timestamps, per_iter)
 
 
 def table_footer(collective: str, rows, *, version: str = NCCL_TESTS_LATEST, threads: int = 1) -> list[str]:
@@ -338,6 +468,177 @@ def table_footer(collective: str, rows, *, version: str = NCCL_TESTS_LATEST, thr
     if v >= _V_CONCLUDED:
         lines.append(f"# Collective test concluded: {name}_perf")
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The run around the table: what nccl-tests prints before its header and after its footer
+
+
+@dataclass(frozen=True)
+class RankDevice:
+    """One line of nccl-tests' device list (util.cu writeDeviceReport): the rank, its
+    NCCL_TESTS_SPLIT group, the process id and host name, the CUDA device number, the PCI bus
+    id ("0000:1b:00.0") and CUDA's name for the GPU."""
+
+    rank: int
+    group: int
+    pid: int
+    host: str
+    cuda_dev: int
+    bus_id: str
+    name: str
+
+    def bus(self) -> tuple[int, int, int]:
+        """(pciDomainID, pciBusID, pciDeviceID) of the bus id."""
+        parts = self.bus_id.replace(".", ":").split(":")
+        try:
+            domain, bus, device = (int(part, 16) for part in parts[:3])
+        except ValueError:
+            raise UsageError(f"bus id '{self.bus_id}'", f"rank {self.rank}", "a PCI bus id such as 0000:1b:00.0") \
+                from None
+        return domain, bus, device
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What nccl-tests prints of its command line and machine around the table: the program
+    (`all_reduce_perf`), NCCL_VERSION_CODE of the headers it was built with and of the library
+    (22902 for NCCL 2.29.2), -t and -g, the sizes and step as given (before any reduction for
+    memory), -w -n -m -c -G -u -z -p -I -K, and the devices, one tuple per process in rank
+    order (each process prints its own -t x -g lines)."""
+
+    program: str
+    nccl_code: int
+    min_nbytes: int
+    max_nbytes: int
+    step_factor: int | None = 2
+    step_nbytes: int | None = None
+    warmup_iters: int = 1
+    iters: int = 20
+    agg_iters: int = 1
+    check: int = 1
+    graph: int = 0
+    unalign: int = 0
+    blocking: int = 0
+    parallel_init: int = 0
+    per_iter: int = 0
+    per_iter_skip: int = 0
+    nthreads: int = 1
+    ngpus: int = 1
+    processes: tuple[tuple[RankDevice, ...], ...] = ()
+
+
+def nccl_version_code(major: int, minor: int, patch: int) -> int:
+    """NCCL_VERSION(X,Y,Z) as nccl.h defines it: X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z
+    before (2.29.2 is 22902), what nccl-tests prints as nccl-headers and nccl-library."""
+    if (major, minor) >= (2, 9):
+        return major * 10000 + minor * 100 + patch
+    return major * 1000 + minor * 100 + patch
+
+
+def device_line(device: RankDevice, version: str = NCCL_TESTS_LATEST) -> str:
+    """One `#  Rank` line: "#   Rank %2d Pid %6d on %10s device %2d [0x%02x] %s" before v2.13.4,
+    with "Group %2d" from v2.13.4, and the bus id as [%04x:%02x:%02x] (domain, bus, device)
+    instead of the bus number [0x%02x] from v2.14.1 (src/common.cu, then src/util.cu)."""
+    v = _version(version)
+    domain, bus, dev = device.bus()
+    where = f"[{domain:04x}:{bus:02x}:{dev:02x}]" if v >= _V_PCI_BUS_ID else f"[0x{bus:02x}]"
+    head = (f"#  Rank {device.rank:2d} Group {device.group:2d}" if v >= _V_GROUP
+            else f"#   Rank {device.rank:2d}")
+    return f"{head} Pid {device.pid:6d} on {device.host:>10} device {device.cuda_dev:2d} {where} {device.name}"
+
+
+_MAX_LINE = 2048  # writeDeviceReport's per-process buffer (MAX_LINE)
+
+
+def _process_lines(devices: tuple[RankDevice, ...], version: str) -> list[str]:
+    """A process's device lines, cut as nccl-tests cuts a buffer that outgrows MAX_LINE: its first
+    2043 characters and "...\\n" (snprintf stops at the buffer's end, then strcpy(line+MAX_LINE-5))."""
+    text = "".join(device_line(d, version) + "\n" for d in devices)
+    if len(text) >= _MAX_LINE:
+        text = text[:_MAX_LINE - 5] + "...\n"
+    return text.splitlines()
+
+
+def _blocking_line(blocking: int, v: tuple[int, int, int]) -> str | None:
+    if not blocking:
+        return None
+    if v >= _V_PER_ITER:  # v2.19.2: three modes
+        return {1: "# Blocking Enabled: wait and barrier after each inner iteration (-m) ",
+                2: "# Blocking Enabled: wait after each inner iteration (-m), no barrier ",
+                3: "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier "
+                }.get(blocking)
+    if v >= _V_NO_BARRIER and blocking > 1:  # v2.18.1: -z 2 waits without a barrier
+        return "# Blocking Enabled: wait for completion after each collective (no barrier) "
+    return "# Blocking Enabled: wait for completion and barrier after each collective "
+
+
+def preamble(setup: RunSetup, version: str = NCCL_TESTS_LATEST) -> list[str]:
+    """What nccl-tests `version` prints before any "Reducing maxBytes" line and its table:
+    `# nccl-tests version X nccl-headers=N nccl-library=N` (v2.17.4+), `# Collective test
+    starting: <program>` (v2.16.7+), the `# nThread` line (run_header), the -z, -I and -p lines
+    where they are on, `#`, `# Using devices` and every process's device lines."""
+    v = _version(version)
+    lines = []
+    if v >= _V_VERSION_LINE:
+        lines.append(f"# nccl-tests version {'.'.join(map(str, v))} nccl-headers={setup.nccl_code} "
+                     f"nccl-library={setup.nccl_code}")
+    if v >= _V_CONCLUDED:
+        lines.append(f"# Collective test starting: {setup.program}")
+    lines.append(run_header(setup.min_nbytes, setup.max_nbytes, step_text(setup.step_factor, setup.step_nbytes),
+                            setup.warmup_iters, setup.iters, setup.agg_iters, setup.check, version=version,
+                            graph=setup.graph, unalign=setup.unalign, nthreads=setup.nthreads, ngpus=setup.ngpus))
+    blocking = _blocking_line(setup.blocking, v)
+    if blocking:
+        lines.append(blocking)
+    if setup.per_iter:
+        skip = f"; summary skips first {setup.per_iter_skip} iterations" if setup.per_iter_skip and v >= _V_FIT \
+            else ""
+        lines.append(f"# Per-Iteration Report: CUDA event timing; i_* uses max over process rows{skip} ")
+    if setup.parallel_init:
+        lines.append("# Parallel Init Enabled: threads call into NcclInitRank concurrently ")
+    lines += ["#", "# Using devices"]
+    for devices in setup.processes:
+        lines += _process_lines(devices, version)
+    return lines
+
+
+def memory_max_nbytes(total_global_mem: int, check: int, version: str = NCCL_TESTS_LATEST) -> int:
+    """The largest size nccl-tests keeps on GPUs of `total_global_mem` bytes (src/common.cu run()):
+    room for send, receive and (with -c) expected buffers after 1 GiB for the rest and, from
+    v2.16.6, a reserve of 1 GiB per 16 GiB installed, at most 4 GiB; sizes above it are
+    dropped after `# Reducing maxBytes to N due to memory limitation`. C's size_t arithmetic:
+    a GPU smaller than what is set aside wraps around and reduces nothing."""
+    gib = 1 << 30
+    reserve = min(-(-total_global_mem // (16 * gib)) * gib, 4 * gib) if _version(version) >= _V_RESERVE else 0
+    return ((total_global_mem - reserve - gib) % (1 << 64)) // (3 if check else 2)
+
+
+def reduced_sizes(min_nbytes: int, max_nbytes: int, limit: int, version: str = NCCL_TESTS_LATEST
+                  ) -> tuple[int, int] | None:
+    """(minBytes, maxBytes) after nccl-tests' memory rule where maxBytes is over `limit`
+    (memory_max_nbytes): maxBytes becomes the limit and, from v2.16.6, minBytes at most that;
+    None where nothing is reduced."""
+    if max_nbytes <= limit:
+        return None
+    return (min(min_nbytes, limit) if _version(version) >= _V_RESERVE else min_nbytes), limit
+
+
+def reducing_lines(max_nbytes: int) -> list[str]:
+    """nccl-tests' two lines where the memory rule lowered maxBytes (src/common.cu, every release)."""
+    return ["#", f"# Reducing maxBytes to {max_nbytes} due to memory limitation"]
+
+
+def closing_lines(version: str = NCCL_TESTS_LATEST, memory_line: str | None = None) -> list[str]:
+    """What nccl-tests prints after table_footer's lines: nothing before v2.13.4; then the last
+    NCCL error ("%s\\n" of ncclGetLastError, an empty line when there is none); from v2.17.7
+    -M's memory line where given, `#` (finalizeFooter), then that empty line (writeErrors)."""
+    v = _version(version)
+    if v < _V_GROUP:
+        return []
+    if v < _V_TS_PAD:
+        return [""]
+    return ([memory_line] if memory_line else []) + ["#", ""]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,6 +682,121 @@ def results_json(collective: str, rows, run: dict | None = None) -> dict:
     doc["out_of_bounds"] = {"count": errors, "okay": errors == 0}
     doc["average_bus_bandwidth"] = {"bandwidth": average_busbw(rows), "okay": "unchecked"}
     return doc
+
+
+def _json_double(value: float | None):
+    """jsonDouble: NaN as the string "nan"."""
+    if value is None:
+        return None
+    return "nan" if value != value else float(value)
+
+
+def _tests_measurement(m: Measurement, cputime: bool) -> dict:
+    return {"cpu_time" if cputime else "time": _json_double(m.time_us), "alg_bw": _json_double(m.algbw_gbps),
+            "bus_bw": _json_double(m.busbw_gbps), "nwrong": float(m.nwrong) if m.nwrong is not None else None}
+
+
+def _per_iter_json(stats: IterStats, skipped: int, v: tuple[int, int, int]) -> dict:
+    out: dict = {"skipped_iterations": skipped} if v >= _V_FIT else {}
+    out.update({"min_us": stats.min_us, "max_us": stats.max_us, "avg_us": stats.avg_us, "p50_us": stats.p50_us,
+                "p95_us": stats.p95_us, "p99_us": stats.p99_us, "stdev_us": stats.stdev_us,
+                "cv_pct": stats.cv_pct, "times_us": list(stats.times_us)})
+    if len(stats.per_process_us) > 1:
+        out["per_process_max_times_us"] = [list(times) for times in stats.per_process_us]
+    return out
+
+
+def nccl_tests_json(setup: RunSetup, rows, *, version: str = NCCL_TESTS_LATEST, args=(), env=(),
+               start_time: str = "", end_time: str = "", cputime: bool = False, per_iter=None,
+               threads: int = 1, extra: dict | None = None) -> dict:
+    """nccl-tests' -J document as release `version` writes it (src/util.cu, v2.17.3+): version
+    (JSON_FILE_VERSION: 1, 2 from v2.19.2, 3 from v2.19.6), start_time, args, env, nccl_version
+    (an int), config (the run's settings and one device per process, the first line of each),
+    results (one object per row; nwrong a double, null when unchecked; actual_iterations and
+    experiment_name ""), out_of_bounds, average_bus_bandwidth (spelled "bandwidith" before
+    v2.17.9), errors, end_time; booleans as the strings "true" and "false" (jsonBool).
+    `per_iter` gives each row's (out-of-place, in-place) IterStats for -I; `extra` goes under
+    the key "nicksim", after everything nccl-tests writes."""
+    v = _version(version)
+    if v < _V_WIDE:
+        raise UsageError(f"nccl-tests {version} has no -J", "-J", f"nccl-tests {flag_release('-J')} or later")
+    rows = list(rows)
+
+    def flag(value) -> str:
+        return "true" if value else "false"
+
+    config: dict = {"nthreads": setup.nthreads, "ngpus": setup.ngpus, "minimum_bytes": setup.min_nbytes,
+                    "maximum_bytes": setup.max_nbytes}
+    if setup.step_nbytes is None:
+        config["step_factor"] = setup.step_factor or 2
+    else:
+        config["step_bytes"] = setup.step_nbytes
+    config.update({"warmup_iters": setup.warmup_iters, "iterations": setup.iters,
+                   "aggregated_iterations": setup.agg_iters, "validation": setup.check, "graph": setup.graph,
+                   "blocking_collectives": flag(setup.blocking)})
+    if v >= _V_PER_ITER:
+        config["per_iter_timing"] = flag(setup.per_iter)
+    if v >= _V_FIT:
+        config["per_iter_skip"] = setup.per_iter_skip
+    config["parallel_init"] = flag(setup.parallel_init)
+    devices = []
+    for process in setup.processes:  # parseRankInfo reads the first line of each process's buffer
+        if process:
+            d = process[0]
+            domain, bus, dev = d.bus()
+            devices.append({"rank": d.rank, "group": d.group, "pid": d.pid, "hostname": d.host.split()[0],
+                            "device": d.cuda_dev, "device_hex": f"{domain:04x}:{bus:02x}:{dev:02x}",
+                            "device_info": d.name})
+    config["devices"] = devices
+    results = []
+    for index, row in enumerate(rows):
+        item = {"size": row.nbytes, "count": row.count, "type": row.dtype, "redop": row.redop,
+                "root": f"{row.root:6d}"}
+        stats = per_iter[index] if per_iter is not None else None
+        item["out_of_place"] = _tests_measurement(row.out_of_place, cputime)
+        if stats is not None:
+            item["out_of_place_per_iter"] = _per_iter_json(stats[0], setup.per_iter_skip, v)
+        if row.in_place is not None:
+            item["in_place"] = _tests_measurement(row.in_place, cputime)
+            if stats is not None:
+                item["in_place_per_iter"] = _per_iter_json(stats[1], setup.per_iter_skip, v)
+        item["actual_iterations"] = setup.iters
+        item["experiment_name"] = ""
+        results.append(item)
+    errors = _wrong_measurements(rows) * threads
+    avg = average_busbw(rows)
+    average, bandwidth = ("average_bus_bandwidth", "bandwidth") if v >= _V_JSON_SPELLING \
+        else ("average_bus_bandwidith", "bandwidith")
+    doc = {"version": 3 if v >= _V_FIT else 2 if v >= _V_PER_ITER else 1, "start_time": start_time,
+           "args": list(args), "env": list(env), "nccl_version": setup.nccl_code, "config": config,
+           "results": results, "out_of_bounds": {"count": errors, "okay": flag(errors == 0)},
+           average: {bandwidth: _json_double(avg if avg is not None else math.nan), "okay": "unchecked"},
+           # writeErrors lists ncclGetLastError(NULL), which NCCL returns as "" when nothing failed
+           "errors": [""], "end_time": end_time}
+    if extra is not None:
+        doc["nicksim"] = extra
+    return doc
+
+
+def claim_json_path(path: str) -> tuple[str | None, str]:
+    """The file nccl-tests' -J writes and the line it prints about it (util.cu jsonOutputInit): it
+    never overwrites, so where `path` exists it tries `path.0`, `path.1`, ... and takes the first
+    it can create (created here, empty, so that no other run takes it); (that path, "# Writing JSON
+    output to PATH"), or (None, "# skipping json output; PATH not accessible") where a file cannot
+    be made there. Unlike nccl-tests, a device or pipe that is there (/dev/stdout) is written to
+    as it is, and a name need not end in .json (nccl-tests writes nothing for any other name)."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        return str(path), f"# Writing JSON output to {path}"
+    attempt, count = str(path), 0
+    while True:
+        try:
+            os.close(os.open(attempt, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            attempt, count = f"{path}.{count}", count + 1
+            continue
+        except OSError:
+            return None, f"# skipping json output; {attempt} not accessible"
+        return attempt, f"# Writing JSON output to {attempt}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -605,7 +1021,8 @@ def _read_text(text: str, source: str) -> list[MeasuredTable]:
             if _CASE.match(comment):
                 block = _CaseBlock(comment, lineno, source)
             elif comment.startswith("# nccl-tests version"):
-                run = new_run()
+                if run.collective or run.tables or run.nthreads or run.ranks:
+                    run = new_run()  # (nicksim's own first line comes before it and belongs to it)
             elif (match := _STARTING.match(comment)):
                 if run.collective or run.tables or run.nthreads:
                     run = new_run()
@@ -639,7 +1056,8 @@ def _read_text(text: str, source: str) -> list[MeasuredTable]:
                     last.collective = name
                 run.collective = run.collective or name
             continue
-        tokens = _strip_prefixes(line.split())
+        # A note after a row's columns (nicksim's --plan) is not part of the row.
+        tokens = _strip_prefixes(line.partition("#")[0].split())
         if len(tokens) < 2 or not (_UINT.fullmatch(tokens[0]) and _UINT.fullmatch(tokens[1])):
             continue
         row = _parse_row(tokens, table)
@@ -706,16 +1124,19 @@ def _read_json(text: str, source: str) -> list[MeasuredTable]:
         for name in ("type", "redop"):
             if item.get(name) is not None and not isinstance(item.get(name), str):
                 raise UsageError(f"{name} {item.get(name)!r}", where, "a name such as float or sum")
-        if item.get("plan") is not None and not isinstance(item.get("plan"), dict):
-            raise UsageError(f"plan {item.get('plan')!r}", where, "an object")
+        own = item.get("nicksim") if isinstance(item.get("nicksim"), dict) else {}
+        plan = own.get("plan", item.get("plan"))
+        if plan is not None and not isinstance(plan, dict):
+            raise UsageError(f"plan {plan!r}", where, "an object")
         out = _json_measurement(item.get("out_of_place"), where) or Measurement(None, None, None, None)
         rows.append(ResultRow(size, count, item.get("type"), item.get("redop"), root, out,
-                              _json_measurement(item.get("in_place"), where), item.get("plan")))
-    collective = data.get("collective")
+                              _json_measurement(item.get("in_place"), where), plan))
+    own = data.get("nicksim") if isinstance(data.get("nicksim"), dict) else {}
+    collective = own.get("collective", data.get("collective"))
     if collective is None and isinstance(data.get("args"), list) and data["args"]:
         collective = data["args"][0]  # nccl-tests: argv[0], the binary
     collective = known_collective(collective) if isinstance(collective, str) else None
-    nranks = data.get("nranks")
+    nranks = own.get("nranks", data.get("nranks"))
     config = data.get("config")
     if not isinstance(nranks, int) and isinstance(config, dict):
         devices, threads, gpus = config.get("devices"), config.get("nthreads"), config.get("ngpus")
@@ -724,8 +1145,8 @@ def _read_json(text: str, source: str) -> list[MeasuredTable]:
             and isinstance(gpus, int) and devices else None
     if isinstance(nranks, bool) or not isinstance(nranks, int):
         nranks = None
-    avg = data.get("average_bus_bandwidth")
-    avg = avg.get("bandwidth") if isinstance(avg, dict) else None
+    avg = data.get("average_bus_bandwidth", data.get("average_bus_bandwidith"))  # spelled so before 2.17.9
+    avg = avg.get("bandwidth", avg.get("bandwidith")) if isinstance(avg, dict) else None
     avg = float(avg) if isinstance(avg, (int, float)) and not isinstance(avg, bool) else None
     rows = tuple(rows)
     return [MeasuredTable(collective, nranks, _common(r.dtype for r in rows), _common(r.redop for r in rows),

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-import numba
 import numpy as np
+
+from ._jit import njit
 
 __all__ = ["max_min_rates", "fair_rates_flat", "Workspace"]
 
@@ -79,7 +80,7 @@ def fair_rates_flat(link: np.ndarray, times: np.ndarray, sizes: np.ndarray, capa
                                 work.pairs, work.links, work.link_f, work.firsts, work.active)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch, pairs, links, link_f, firsts,
                          actives):  # pragma: no cover - compiled
     # Each round raises every active transfer's rate by the largest step no link can refuse, then

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 import simpy
 
+from ._jit import njit
 from .flows import Workspace, fair_rates_flat
 
 __all__ = ["FluidNetwork"]
@@ -33,7 +33,7 @@ _LATE = 2            # SimPy priority after NORMAL: runs once everything else at
 _EPS_US = 1e-9       # transfers this close to arriving arrive together
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _first_wait(rate, left, head):  # pragma: no cover - compiled
     # The time until the first moving transfer (or the first step it awaits) arrives; inf if none
     # moves. One pass where numpy would make five temporaries: this runs at every division.
@@ -47,7 +47,7 @@ def _first_wait(rate, left, head):  # pragma: no cover - compiled
     return wait
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _arrivals(rate, left, head):  # pragma: no cover - compiled
     # The transfers whose first step is in, then those wholly in (within float residue), in
     # row order; the first steps found are marked done (head -inf).

@@ -39,7 +39,8 @@ from ..formats.joblog import JobLogger
 from ..formats.logs import Identity, LogSink, debug_config
 from ..params import Params
 from ..plan.build import call_plan, job_programs
-from ..formats.report import ResultRow, format_row, measurement, table_footer, table_header
+from ..formats.report import NCCL_TESTS_LATEST, ResultRow, closing_lines, format_row, measurement, table_footer, \
+    table_header
 from .agree import check_same_plan, plan_fingerprint
 from .bootstrap import Bootstrap
 from .execute import HOST_OPS, ExecuteError, check_runnable, open_links, run_programs
@@ -724,12 +725,14 @@ class RunDone:
 
 
 def run_command(options: RunOptions, params: Params, nranks: int | None, argv: Sequence[str], header: str,
-                emit: Callable[[str], None], on_trace=None) -> RunDone:
+                emit: Callable[[str], None], on_trace=None, tests_version: str = NCCL_TESTS_LATEST) -> RunDone:
     """`nicksim run`: without a launcher, start `nranks` ranks here, each running `nicksim ARGV`
     as under one (at most MAX_RANKS_PER_HOST; a host is planned as HOST_SYSTEM); under a launcher,
-    be its rank. Rank 0 writes nccl-tests' output to `emit` (nicksim's header, what this host
-    cannot use, `header` — nccl-tests' run line —, the table as rows complete, the footer) and
-    gives the traced size to `on_trace(row, spans, nranks)`."""
+    be its rank. Rank 0 writes nccl-tests' output as nccl-tests `tests_version` prints it to
+    `emit` (nicksim's own lines, each starting "# nicksim": what runs where, what this host cannot
+    use; `header` — nccl-tests' lines before its devices, one or more —, the table as rows
+    complete, the footer and closing lines) and gives the traced size to `on_trace(row, spans,
+    nranks)`."""
     env = rank_env(os.environ)
     if env is None:  # no launcher: start the ranks here, each of them joining as under one
         run_device(params)  # a device that cannot be used is said once, before any rank starts
@@ -753,24 +756,26 @@ def run_command(options: RunOptions, params: Params, nranks: int | None, argv: S
         emit(f"# nicksim run {options.collective}: {layout}, NCCL {options.nccl_version} plans")
         unused = unused_here(params)
         if unused:
-            emit(f"# not used here: {'; '.join(unused)}")
-        emit(header)
+            emit(f"# nicksim: not used here: {'; '.join(unused)}")
+        for line in header.split("\n"):
+            emit(line)
         if reduced is not None:  # nccl-tests' own words (src/common.cu)
             emit("#")
             emit(f"# Reducing maxBytes to {reduced} due to memory limitation")
-        for line in table_header():
+        for line in table_header(tests_version):
             emit(line)
 
     printed: list[ResultRow] = []
 
     def row_done(row: ResultRow) -> None:
-        emit(format_row(row, index=len(printed)))
+        emit(format_row(row, tests_version, index=len(printed)))
         printed.append(row)
 
     traced = None if on_trace is None else (lambda row, spans: on_trace(row, spans, env.size))
     rows = run_rank(env, root, options, params, joined, row_done, traced)
     if env.rank == 0:
-        for line in table_footer(options.collective, rows, threads=1):
+        for line in table_footer(options.collective, rows, version=tests_version, threads=1) + \
+                closing_lines(tests_version):
             emit(line)
     # nccl-tests exits with EXIT_FAILURE where its check found wrong elements (the footer's FAILED).
     wrong = any((m.nwrong or 0) > 0 for row in rows for m in (row.out_of_place, row.in_place) if m is not None)

@@ -63,8 +63,13 @@ class Fit:
 
 
 def source_of(case: Case) -> str:
-    """The measured file a case reads: cases that share one are one source (one cluster, one author)."""
-    return Path(case.measured).name
+    """Where a case's rows come from: the address its `source` starts with (a repository or site),
+    else the measured file it reads, else the case alone. Cases that share one are one source (one
+    cluster, one author)."""
+    first = case.source.split()[0] if case.source.strip() else ""
+    if "/" in first or "." in first:
+        return first
+    return Path(case.measured).name if case.measured else case.name
 
 
 def _errors(result: CaseResult) -> list[float]:

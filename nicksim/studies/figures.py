@@ -13,12 +13,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from .views import Drawing, Heads, PathMatrix, WaitEdge  # noqa: E402
 
 __all__ = ["LINK_COLOURS", "draw_graph", "draw_path_matrix", "draw_rings", "draw_heads", "draw_curves",
-           "draw_timeline", "draw_waits", "draw_calibration"]
+           "draw_timeline", "draw_waits", "draw_calibration", "draw_perf", "draw_sweep"]
 
 # One colour per link kind (NCCL's names), used by every picture.
 LINK_COLOURS = {"NVL": "#2ca02c", "C2C": "#9467bd", "PCI": "#1f77b4", "SYS": "#d62728", "NET": "#ff7f0e",
@@ -263,4 +264,108 @@ def draw_calibration(points: Mapping[str, Sequence[Mapping]], title: str = "") -
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(title, fontsize=10)
+    return fig
+
+
+# One marker per algorithm/protocol pair, given out in the order the pairs first appear in a picture.
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "*", "p")
+
+
+def _pair(row: Mapping) -> str:
+    algorithm, protocol = row.get("algorithm"), row.get("protocol")
+    return f"{algorithm}/{protocol}" if algorithm and protocol else str(algorithm or protocol or "?")
+
+
+def _marked(ax, rows: Sequence[Mapping], value: str, colour, label: str | None, markers: dict[str, str]) -> None:
+    """A line through `rows` (nbytes, `value`) in `colour`, each point marked by its algorithm/protocol."""
+    have = [r for r in rows if r.get(value) is not None]
+    ax.plot([r["nbytes"] for r in have], [r[value] for r in have], color=colour, linewidth=1.6, label=label, zorder=2)
+    for pair in dict.fromkeys(_pair(r) for r in have):
+        marker = markers.setdefault(pair, _MARKERS[len(markers) % len(_MARKERS)])
+        points = [r for r in have if _pair(r) == pair]
+        ax.scatter([r["nbytes"] for r in points], [r[value] for r in points], marker=marker, s=34, color=colour,
+                   edgecolors="black", linewidths=0.5, zorder=3)
+
+
+def _legends(fig, handles: list, markers: dict[str, str], title: str) -> None:
+    """The series' colours (under `title`), then the algorithm/protocol markers, right of the axes."""
+    if handles:
+        fig.legend(handles=handles, loc="outside right upper", fontsize=7, title=title, title_fontsize=8)
+    if markers:
+        fig.legend(handles=[Line2D([], [], marker=m, linestyle="none", color="#bbbbbb", markeredgecolor="black",
+                                   markersize=6, label=pair) for pair, m in markers.items()],
+                   loc="outside right lower", fontsize=7, title="algorithm/protocol", title_fontsize=8)
+
+
+def _colours(count: int) -> list:
+    palette = matplotlib.colormaps["tab10" if count <= 10 else "tab20"]
+    return [palette(k % palette.N) for k in range(count)]
+
+
+def draw_perf(runs: Mapping[str, Sequence[Mapping]], measured: Sequence[Mapping] = (), title: str = "") -> Figure:
+    """Bus bandwidth (above) and time (below, log scale) over sizes on a log2 axis: a line per
+    engine's run (records with nbytes, busbw_gbps, time_us, algorithm, protocol), each point
+    marked by the algorithm/protocol it ran; measured records as black crosses."""
+    fig = Figure(figsize=(10, 7), dpi=100, layout="constrained")
+    bw, time = fig.subplots(2, 1, sharex=True)
+    markers: dict[str, str] = {}
+    handles = []
+    for colour, (name, rows) in zip(_colours(len(runs)), runs.items()):
+        _marked(bw, rows, "busbw_gbps", colour, None, markers)
+        _marked(time, rows, "time_us", colour, None, markers)
+        handles.append(Line2D([], [], color=colour, linewidth=1.6, label=f"engine {name}"))
+    if measured:
+        for ax, value in ((bw, "busbw_gbps"), (time, "time_us")):
+            have = [r for r in measured if r.get(value) is not None]
+            ax.scatter([r["nbytes"] for r in have], [r[value] for r in have], marker="x", s=40, color="black",
+                       zorder=4)
+        handles.append(Line2D([], [], marker="x", linestyle="none", color="black", label="measured"))
+    sizes = [r["nbytes"] for rows in runs.values() for r in rows] + [r["nbytes"] for r in measured]
+    _size_axis(time, sizes)
+    time.set_yscale("log")
+    bw.set_ylabel("bus bandwidth (GB/s)")
+    time.set_ylabel("time (us)")
+    for ax in (bw, time):
+        ax.grid(True, alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    _legends(fig, handles, markers, "run")
+    return fig
+
+
+def draw_sweep(series: Mapping[str, Sequence[Mapping]], title: str = "", value: str = "busbw_gbps") -> Figure:
+    """A sweep's series (studies.views.sweep_series) over sizes on a log2 axis: a line per series,
+    each point marked by the algorithm/protocol it ran; where every series has one and the same
+    size, a bar per series instead, labelled with its algorithm/protocol. `value` busbw_gbps or
+    time_us."""
+    what = "bus bandwidth (GB/s)" if value == "busbw_gbps" else "time (us)"
+    sizes = {r["nbytes"] for rows in series.values() for r in rows}
+    colours = _colours(len(series))
+    if len(sizes) == 1:
+        fig, ax = _figure(9, 1.5 + 0.35 * max(len(series), 2))
+        names = list(series)
+        values = [series[name][0].get(value) or 0.0 for name in names]
+        ax.barh(range(len(names)), values, color=colours)
+        for k, name in enumerate(names):
+            ax.text(values[k], k, f" {values[k]:.1f} {_pair(series[name][0])}", va="center", fontsize=7)
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{what} at {_size_label(next(iter(sizes)))}B")
+        ax.margins(x=0.25)
+        ax.grid(True, axis="x", alpha=0.3)
+        ax.set_title(title, fontsize=10)
+        return fig
+    fig, ax = _figure(10, 5)
+    markers: dict[str, str] = {}
+    handles = []
+    for colour, (name, rows) in zip(colours, series.items()):
+        _marked(ax, rows, value, colour, None, markers)
+        handles.append(Line2D([], [], color=colour, linewidth=1.6, label=name))
+    _size_axis(ax, sorted(sizes))
+    if value == "time_us":
+        ax.set_yscale("log")
+    ax.set_ylabel(what)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    _legends(fig, handles, markers, "grid point")
     return fig

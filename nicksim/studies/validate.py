@@ -2,23 +2,30 @@
 
 A case (a TOML file, `validation/*.toml`) states what a real nccl-tests run ran on — the system as
 `nicksim perf`'s options name it (catalog name or topology file, nodes, fabric, NIC speed, NCCL
-version), the NCCL environment, the collective and data type — and where its measured rows are (an
+version), the NCCL environment, the collective and data type — and its measured rows: inline
+(`rows`, the numbers as published, with their `source`), or in a file beside it (`measured`: an
 nccl-tests output, JSON, or a case file of CSV blocks; a relative path is taken from the case
-file's folder). `load_case(path)` promises a Case or a UsageError naming the file and key;
-`run_case(case, engine)` asks an engine for every measured size and promises a CaseResult (one
-Point per size: measured and predicted bus bandwidth, the algorithm and protocol chosen), or one
-that says why the case could not run (its measurements are missing, say). Errors are
-predicted / measured - 1, reported by size band and summarised, as the targets are stated, as the
-median and worst absolute error over sizes of at least 1 MiB. A case may say why it cannot be met
-(`gap`) and what NCCL is known to have chosen at some sizes (`[expect]`), which the report checks.
+file's folder). The project's own cases carry their rows inline and name catalog systems, so a
+clone validates with nothing beside it. `load_case(path)` promises a Case or a UsageError naming
+the file and key; `run_case(case, engine)` asks an engine for every measured size and promises a
+CaseResult (one Point per size: measured and predicted bus bandwidth, the algorithm and protocol
+chosen), or one that says why the case could not run. Errors are predicted / measured - 1,
+reported by size band and summarised, as the targets are stated, as the median and worst absolute
+error over sizes of at least 1 MiB. A case may say why it cannot be met (`gap`) and what NCCL is
+known to have chosen at some sizes (`[expect]`), which the report checks.
 
-Schema (every key but `measured`, `collective` and `[system]`'s `system` is optional):
+Schema (`collective`, `[system]`'s `system`, and one of `rows` and `measured` are required):
 
     title = "Lambda: 2 nodes x 8 B200, InfiniBand"
     source = "github.com/dstackai/dstack mkdocs/docs/examples/clusters/lambda.md @ d2fdd17"
-    measured = "../../shared/validation/cases/C11.md"
     collective = "all_reduce"
-    nranks = 16          # which table of the file (with the collective); `table = 2`: the 2nd of them
+    rows = '''           # the measured table: nccl-tests output, or a `# collective=` CSV block
+    # collective=all_reduce nranks=16 dtype=float redop=sum
+    size_bytes,time_us,algbw_GBps,busbw_GBps
+    1048576,36.5,28.73,53.86
+    '''
+    measured = "runs/lambda.log"  # instead of rows: a file holding the table
+    nranks = 16          # which table of the rows or file (with the collective); `table = 2`: the 2nd
     dtype = "float"      # default: the table's
     in_place = false     # compare the in-place columns
     gap = ""             # why the case cannot be met, where it cannot
@@ -44,7 +51,7 @@ from ..errors import NickSimError, UsageError
 from ..files import read_input
 from ..job import SPEC_FIELDS, JobSpec, load_job
 from ..params import read_params
-from .perf import measured_table, parse_size, perf_rows
+from .perf import measured_table_of, parse_size, perf_rows
 
 try:
     import tomllib
@@ -52,7 +59,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 __all__ = ["Case", "Point", "CaseResult", "BANDS", "SCORED_MIN_NBYTES", "load_case", "find_cases", "default_dir",
-           "run_case", "VALIDATED_ENGINES", "band_of", "summary", "format_report", "report_json", "plot_case", "read_calibration"]
+           "run_case", "VALIDATED_ENGINES", "band_of", "summary", "format_report", "report_head", "case_line",
+           "report_tail",
+           "report_json", "plot_case", "read_calibration"]
 
 MiB = 1 << 20
 # The engines that price another system's runs (the real backend measures this host).
@@ -62,8 +71,8 @@ BANDS = (("<64K", 0, 64 << 10), ("64K-16M", 64 << 10, 16 * MiB), ("16M-256M", 16
          (">=256M", 256 * MiB, math.inf))
 SCORED_MIN_NBYTES = 1 * MiB
 
-_CASE_KEYS = {"title", "source", "measured", "collective", "nranks", "table", "dtype", "in_place", "gap", "system",
-              "env", "expect", "name"}
+_CASE_KEYS = {"title", "source", "measured", "rows", "collective", "nranks", "table", "dtype", "in_place", "gap",
+              "system", "env", "expect", "name"}
 
 
 @dataclass(frozen=True)
@@ -77,13 +86,25 @@ class Case:
     spec: JobSpec
     env: tuple[tuple[str, str], ...]
     collective: str
-    measured: str
+    measured: str | None
     nranks: int | None = None
     table: int = 1
     dtype: str | None = None
     in_place: bool = False
     gap: str = ""
     expect: tuple[tuple[int, str], ...] = ()
+    rows: str | None = None
+
+    @property
+    def origin(self) -> str:
+        """Where the measured table is read from, for error messages: the file, or the case's rows."""
+        return self.measured if self.measured is not None else f"{self.path}: rows"
+
+    def measured_text(self) -> str:
+        """The measured table's text: the case's rows, or the file's content."""
+        if self.rows is not None:
+            return self.rows
+        return read_input(self.measured, "a readable nccl-tests output file").decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -173,9 +194,12 @@ def load_case(path: str | Path) -> Case:
     unknown = sorted(set(doc) - _CASE_KEYS)
     if unknown:
         raise UsageError(f"unknown key '{unknown[0]}'", where, ", ".join(sorted(_CASE_KEYS)))
-    for key in ("measured", "collective", "system"):
+    for key in ("collective", "system"):
         if key not in doc:
-            raise UsageError(f"no '{key}'", where, "a case with measured, collective and [system]")
+            raise UsageError(f"no '{key}'", where, "a case with collective, [system], and rows or measured")
+    if ("rows" in doc) == ("measured" in doc):
+        raise UsageError("both 'rows' and 'measured'" if "rows" in doc else "no 'rows' or 'measured'", where,
+                         "a case with the measured table inline (rows) or in a file (measured), not both")
     system = doc["system"]
     if not isinstance(system, dict) or "system" not in system:
         raise UsageError("[system] names no system", where, "a [system] table with system = NAME or FILE")
@@ -198,13 +222,14 @@ def load_case(path: str | Path) -> Case:
     expect = []
     for size, choice in doc.get("expect", {}).items():
         expect.append((parse_size(size, f"{where}: [expect]"), _typed(choice, str, f"{where}: [expect] {size}")))
-    measured = _typed(doc["measured"], str, f"{where}: measured")
+    measured = _typed(doc["measured"], str, f"{where}: measured") if "measured" in doc else None
     return Case(
         name=_typed(doc.get("name", path.stem), str, f"{where}: name"), path=where,
         title=_typed(doc.get("title", ""), str, f"{where}: title"),
         source=_typed(doc.get("source", ""), str, f"{where}: source"),
         spec=JobSpec(**spec_args, where=where), env=tuple((str(k), str(v)) for k, v in env.items()),
-        collective=collective, measured=str((path.parent / measured).resolve()),
+        collective=collective, measured=str((path.parent / measured).resolve()) if measured is not None else None,
+        rows=_typed(doc["rows"], str, f"{where}: rows") if "rows" in doc else None,
         nranks=_typed(doc["nranks"], int, f"{where}: nranks") if "nranks" in doc else None,
         table=_typed(doc.get("table", 1), int, f"{where}: table"),
         dtype=_case_dtype(doc["dtype"], f"{where}: dtype") if "dtype" in doc else None,
@@ -262,16 +287,18 @@ def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | N
     engine = canonical_engine(engine)
     if engine not in VALIDATED_ENGINES:
         raise UsageError(f"engine '{engine}'", "--engine", ", ".join(VALIDATED_ENGINES))
-    if not Path(case.measured).is_file():
-        return CaseResult(case, engine, error=f"measurements not found: {case.measured}")
     try:
-        table = measured_table(case.measured, case.collective, case.nranks, case.table)
+        table = measured_table_of(case.measured_text(), case.origin, case.collective, case.nranks, case.table)
         job = load_job(case.spec, read_params({}, [f"{k}={v}" for k, v in case.env]))
         if table.nranks is not None and table.nranks != job.nranks:
             raise UsageError(f"the system has {job.nranks} ranks, the measurements {table.nranks}", case.path,
                              "a [system] with as many GPUs as the measured run")
         measured = [(row.nbytes, _measured_busbw(row, case.in_place)) for row in table.rows]
         measured = [(n, b) for n, b in measured if b]  # rows too small to show a bandwidth say nothing
+        if not measured:
+            placement = "in-place" if case.in_place else "out-of-place"
+            raise UsageError(f"nothing to compare: no measured row has an {placement} bus bandwidth above 0",
+                             case.origin, "measured rows with busbw")
         dtype = case.dtype or table.dtype or "float"
         answer = engine_named(engine, overrides=calibration or {}) if engine == "des" else engine_named(engine)
         rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, answer)
@@ -347,21 +374,33 @@ def _choices(result: CaseResult) -> str:
     return ", ".join(f"{plan} {_size(lo)}" + (f"-{_size(hi)}" if hi != lo else "") for plan, lo, hi in runs)
 
 
+def report_head(engine: str) -> list[str]:
+    """The report's first lines: what the figures are, and the per-case columns."""
+    band_names = [name for name, _, _ in BANDS]
+    return [f"# nicksim validate --engine {engine}: busbw error = predicted / measured - 1, "
+            f"median and worst of |error| and median error (bias) over sizes >= 1 MiB, medians by size band",
+            f"# {'case':<22} {'collective':<14} {'ranks':>5} {'median%':>7} {'bias%':>7} {'worst%':>7} {'>=256M%':>7} "
+            + " ".join(f"{b:>8}" for b in band_names) + "  target"]
+
+
+def case_line(r: CaseResult) -> str:
+    """One case's summary line, as the report lists it (printable as soon as the case is done)."""
+    if r.error is not None:
+        return f"  {r.case.name:<22} {r.case.collective:<14} {'':>5} not run: {r.error}"
+    med, worst = _median(r.scored()), max(r.scored(), default=None)
+    bands = " ".join(_pct(_median(r.scored(b)), 8) for b, _, _ in BANDS)
+    return (f"  {r.case.name:<22} {r.case.collective:<14} {r.nranks:>5} {_pct(med)} {_pct(r.bias())} {_pct(worst)} "
+            f"{_pct(_median(r.scored_large()))} {bands}  {'met' if _meets(r) else 'MISSED'}")
+
+
 def format_report(results: list[CaseResult], engine: str, unexpressed: list[str] = ()) -> list[str]:
     """The text report: one summary line per case, then each case's sizes, then the overall line."""
-    band_names = [name for name, _, _ in BANDS]
-    lines = [f"# nicksim validate --engine {engine}: busbw error = predicted / measured - 1, "
-             f"median and worst of |error| and median error (bias) over sizes >= 1 MiB, medians by size band",
-             f"# {'case':<22} {'collective':<14} {'ranks':>5} {'median%':>7} {'bias%':>7} {'worst%':>7} {'>=256M%':>7} "
-             + " ".join(f"{b:>8}" for b in band_names) + "  target"]
-    for r in results:
-        if r.error is not None:
-            lines.append(f"  {r.case.name:<22} {r.case.collective:<14} {'':>5} not run: {r.error}")
-            continue
-        med, worst = _median(r.scored()), max(r.scored(), default=None)
-        bands = " ".join(_pct(_median(r.scored(b)), 8) for b in band_names)
-        lines.append(f"  {r.case.name:<22} {r.case.collective:<14} {r.nranks:>5} {_pct(med)} {_pct(r.bias())} {_pct(worst)} "
-                     f"{_pct(_median(r.scored_large()))} {bands}  {'met' if _meets(r) else 'MISSED'}")
+    return report_head(engine) + [case_line(r) for r in results] + report_tail(results, unexpressed)
+
+
+def report_tail(results: list[CaseResult], unexpressed: list[str] = ()) -> list[str]:
+    """The report after the case lines: each case's sizes, then the overall figures."""
+    lines: list[str] = []
     for r in results:
         if r.error is not None:
             continue

@@ -19,7 +19,7 @@ from ..tuning.choose import priced
 
 __all__ = ["Vertex", "Edge", "Drawing", "PathMatrix", "Heads", "node_drawing", "fabric_drawing", "path_matrix",
            "ring_orders", "tree_drawing", "heads", "priced_rows", "size_curves", "link_rows", "timeline_rows",
-           "measured_rows", "WaitEdge", "replay_waits", "diagnosis_waits", "MAX_FABRIC_NODES"]
+           "measured_rows", "sweep_series", "WaitEdge", "replay_waits", "diagnosis_waits", "MAX_FABRIC_NODES"]
 
 # The most nodes a fabric picture shows (the leaves and spines of the rest look the same).
 MAX_FABRIC_NODES = 8
@@ -323,6 +323,49 @@ def measured_rows(table) -> list[dict]:
         out.append({"nbytes": row.nbytes, "time_us": oop.time_us if oop else None,
                     "busbw_gbps": oop.busbw_gbps if oop else None,
                     "in_place_busbw_gbps": inp.busbw_gbps if inp else None})
+    return out
+
+
+# A sweep row's columns that are results, not the grid point's options.
+_SWEEP_RESULTS = frozenset({"point", "nbytes", "time_us", "algbw_gbps", "busbw_gbps", "algorithm", "protocol",
+                            "nchannels", "hang", "error"})
+
+
+def _point_options(row: dict) -> dict[str, str]:
+    """The options of a sweep row's grid point, its env and set settings one by one."""
+    out = {}
+    for key, value in row.items():
+        if key in _SWEEP_RESULTS:
+            continue
+        if key in ("env", "set"):
+            for item in str(value or "").split():
+                name, _, setting = item.partition("=")
+                out[name] = setting
+        else:
+            out[key] = "" if value is None else str(value)
+    return out
+
+
+def sweep_series(rows: Sequence[dict]) -> dict[str, list[dict]]:
+    """A sweep's rows (studies.sweep) as series to draw: one per grid point, named by the options
+    that differ from point to point, its rows in size order. Rows with an error or a hang are left
+    out, and so is a point with no row left."""
+    by_point: dict[object, list[dict]] = {}
+    for row in rows:
+        by_point.setdefault(row.get("point"), []).append(row)
+    options = {point: _point_options(found[0]) for point, found in by_point.items()}
+    names = list(dict.fromkeys(name for found in options.values() for name in found))
+    varying = [name for name in names if len({found.get(name) for found in options.values()}) > 1]
+    out: dict[str, list[dict]] = {}
+    for point, found in by_point.items():
+        label = " ".join(f"{name}={options[point].get(name, '-')}" for name in varying) \
+            or str(found[0].get("system") or f"point {point}")
+        if label in out:
+            label = f"{label} (point {point})"
+        kept = sorted((r for r in found if not r.get("error") and not r.get("hang")
+                       and r.get("busbw_gbps") is not None), key=lambda r: r["nbytes"])
+        if kept:
+            out[label] = kept
     return out
 
 

@@ -3,12 +3,13 @@
 The catalog names NCCL-format XML files in the repository's `topologies/` folder, each
 written from public specifications. `resolve_system(spec)` accepts a catalog name, "local"
 (this host's GPUs, detected as NCCL detects them: detect.py) or a path to a topology file;
-`load_node(spec, options)` reads it, completes it with fill.py and returns the document plus
-the notes of what was assumed.
+`load_node(spec, options)` reads it, completes it with fill.py (a catalog entry's fabric and NIC
+speed standing in for options not given) and returns the document plus the notes of what was
+assumed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
@@ -16,6 +17,7 @@ from typing import Mapping
 from .detect import detect_topology
 from ..errors import TopologyError, UnknownNameError
 from .fill import FillOptions, FilledTopology, fill_topology
+from .hardware import fabric
 from .xml import TopoXml, read_topo_xml
 
 __all__ = ["CatalogEntry", "CATALOG", "DEFAULT_SYSTEM", "LOCAL_SYSTEM", "topology_dir", "resolve_system", "load_node", "HOST_SYSTEM"]
@@ -23,13 +25,15 @@ __all__ = ["CatalogEntry", "CATALOG", "DEFAULT_SYSTEM", "LOCAL_SYSTEM", "topolog
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """A built-in system: its name, file, GPU model, usual fabric and a one-line description."""
+    """A built-in system: its name, file, GPU model, usual fabric, a one-line description, and the
+    speed of its NICs where its file lists them bare (as a cloud's NCCL_TOPO_FILE does)."""
 
     name: str
     file: str
     gpu: str
     fabric: str
     description: str
+    nic_gbps: float | None = None
 
 
 CATALOG: Mapping[str, CatalogEntry] = MappingProxyType({e.name: e for e in (
@@ -46,6 +50,15 @@ CATALOG: Mapping[str, CatalogEntry] = MappingProxyType({e.name: e for e in (
     CatalogEntry("pcie-2x-rtx2080ti", "pcie-2x-rtx2080ti.xml", "rtx2080ti", "tcp",
                  "2x RTX 2080 Ti behind one PCIe switch, P2P not supported"),
     CatalogEntry("pcie-8x-l40s", "pcie-8x-l40s.xml", "l40s", "roce", "8x L40S behind 4 PCIe switches, no NVLink"),
+    CatalogEntry("aws-p5", "aws-p5.xml", "h100", "efa",
+                 "AWS p5.48xlarge: 8x H100 SXM5, NVSwitch, 32x EFA 100G (4 per GPU switch), aws-ofi-nccl's layout",
+                 nic_gbps=100),
+    CatalogEntry("azure-ndv4", "azure-ndv4.xml", "a100", "ib",
+                 "Azure ND A100 v4: 8x A100 SXM4, NVSwitch, 8x HDR 200G, 4 NUMA nodes (Azure's layout)",
+                 nic_gbps=200),
+    CatalogEntry("azure-ndv5", "azure-ndv5.xml", "h100", "ib",
+                 "Azure ND H100 v5: 8x H100 SXM5, NVSwitch, 8x NDR 400G, 2 sockets (Azure's layout)",
+                 nic_gbps=400),
 )})
 DEFAULT_SYSTEM = "dgx-h100"
 # What the real backend plans each host as: GPUs with no P2P between them, so every connection
@@ -80,4 +93,7 @@ def resolve_system(spec: str, where: str = "SYSTEM") -> tuple[TopoXml, CatalogEn
 def load_node(spec: str, options: FillOptions, where: str = "SYSTEM") -> tuple[FilledTopology, CatalogEntry | None]:
     """The completed topology of one node (or one NVLink domain) named by `spec`."""
     doc, entry = resolve_system(spec, where)
+    if entry is not None:  # what the catalog knows of the system, where the options say nothing
+        options = replace(options, fabric=options.fabric or fabric(entry.fabric),
+                          nic_gbps=options.nic_gbps or entry.nic_gbps)
     return fill_topology(doc, options), entry

@@ -34,7 +34,10 @@ from .xml import TopoXml, XmlNode
 __all__ = ["FillOptions", "FilledTopology", "fill_topology", "ofi_nic_groups", "parse_busid", "format_busid"]
 
 NVSWITCH_CLASS = "0x068000"
-_NVSWITCH_TARGET = "ffff:ff:00.0"  # NCCL never resolves NVSwitch targets; any bus id will do
+# An NVLink to an NVSwitch whose bus id is not known: NCCL 2.30.7 src/graph/xml.cc (ncclTopoGetXmlFromGpu)
+# writes this sentinel as the target where NVML gives no bus id for the remote end, and reads it back as
+# an NVSwitch (so since 2.7.6); topo.cc (ncclTopoAddNvLinks) parses the target of GPU peers only.
+_NVSWITCH_TARGET = "fffffff:ffff:ff"
 
 
 @dataclass(frozen=True)
