@@ -187,13 +187,13 @@ def test_a_case_with_nothing_to_compare_is_an_error(tmp_path, head, rows, says):
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
 
 
-# The committed report (docs/validation/report.json, from `nicksim validate --engine model --engine des -J`) is the
+# The committed report (docs/validation/report.json, from `nicksim validate --engine nccl --engine des -J`) is the
 # baseline: no case's |error| at a size >= 1 MiB may grow by more than 2 points, so neither can the
 # median over them all. Checked case by case, so the cases run side by side. The DES leaves out
 # point-to-point calls on more than 16 ranks here (every rank is simulated for them: minutes); the
 # report has them.
 def _in_test(engine, collective, nranks):
-    return engine == "model" or collective not in ("alltoall", "sendrecv") or nranks <= 16
+    return engine == "nccl" or collective not in ("alltoall", "sendrecv") or nranks <= 16
 
 
 def _baseline_cases():
@@ -204,8 +204,8 @@ def _baseline_cases():
 
 def test_the_baseline_covers_both_engines_and_every_case():
     cases = _baseline_cases()
-    assert {engine for engine, _ in cases} == {"model", "des"}
-    assert len([c for engine, c in cases if engine == "model"]) >= 20
+    assert {engine for engine, _ in cases} == {"nccl", "des"}
+    assert len([c for engine, c in cases if engine == "nccl"]) >= 20
 
 
 @pytest.mark.parametrize("engine,baseline", _baseline_cases(), ids=lambda v: v if isinstance(v, str) else v["name"])
