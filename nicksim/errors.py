@@ -31,7 +31,13 @@ class NickSimError(Exception):
         text = f"{self.where}: {self.what}" if self.where else self.what
         if self.valid:
             text += f" (valid: {self.valid})"
-        return text
+        return _one_line(text)
+
+
+def _one_line(text: str) -> str:
+    """Control characters a user typed (a newline pasted into a value) shown escaped, so the
+    message stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class UsageError(NickSimError):

@@ -7,3 +7,14 @@ def test_one_line_with_where_and_valid():
     assert err.line() == 'topo.xml:12: <net> speed="fast" is not an integer (valid: speed as an integer)'
     assert str(err) == err.line() and "\n" not in err.line()
     assert isinstance(UsageError("x"), NickSimError) and UsageError("x").line() == "x"
+
+
+def test_a_value_with_a_newline_in_it_is_still_one_line():
+    # A size pasted with a line break and a control character (found by test_fuzz's size texts)
+    from nicksim.studies.perf import parse_size
+    try:
+        parse_size("12\n\x13M", "-b")
+    except UsageError as err:
+        assert err.line() == "-b: '12\\n\\x13M' is not a size (valid: bytes like 8, 64K, 256M, 8G)"
+    else:
+        raise AssertionError("no error")
