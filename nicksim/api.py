@@ -18,39 +18,64 @@ so a notebook's shell does not leak into its answers).
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from .calls import COLLECTIVES, Call, call_for_size, collective_name, dtype_name, redop_name
 from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version
-from .engines import ENGINE_ALIASES, ENGINES, CallResult, Engine, canonical_engine, engine_named
 from .errors import NickSimError, RanksFailed, UsageError
-from .files import read_input
 from .formats.tables import Records
-from .formats.joblog import JobLogger, job_logger, search_lines as _search_lines
-from .formats.report import read_results, results_json, run_header, step_text, table_footer, table_header, \
-    format_row
-from .formats.report import (NCCL_TESTS_LATEST, TIME_FORMAT, RunSetup, claim_json_path, flag_release,
-                             nccl_version_code, preamble, nccl_tests_json, nccl_tests_release)
-from .formats.trace import chrome_trace, format_link_report, real_trace
-from .graph.cluster import format_cluster
-from .graph.paths import format_nccl_paths, format_paths
-from .graph.search import graphs_xml
-from .job import Job, JobSpec, load_job
 from .params import Params, read_params
-from .plan import ChannelProgram, Plan, call_plan, check_programs, job_programs
-from .progress import Progress
-from .studies.perf import (Perf, PerfOptions, compare, format_comparison, measured_table, parse_size, run_perf,
-                           sweep_sizes)
-from .studies.perf import ALL_REDOPS, all_dtypes, release_at_least
-from .topology.catalog import CATALOG, DEFAULT_SYSTEM, HOST_SYSTEM, LOCAL_SYSTEM
-from .topology.hardware import FABRICS, GPU_MODELS
-from .topology.system import format_system
-from .topology.xml import TopoXml, dump_topo_xml
-from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
+
+if TYPE_CHECKING:  # what __getattr__ imports on first use (_LAZY), for type checkers and linters
+    from .calls import COLLECTIVES, Call, collective_name, dtype_name, redop_name
+    from .engines import ENGINE_ALIASES, ENGINES, CallResult, Engine, canonical_engine
+    from .formats.joblog import JobLogger, job_logger
+    from .formats.report import (NCCL_TESTS_LATEST, TIME_FORMAT, RunSetup, claim_json_path, flag_release, format_row,
+                                 nccl_tests_json, nccl_tests_release, nccl_version_code, preamble, results_json,
+                                 run_header, step_text, table_footer, table_header)
+    from .formats.trace import real_trace
+    from .job import Job, JobSpec, load_job
+    from .plan import ChannelProgram, Plan
+    from .progress import Progress
+    from .studies import figures
+    from .studies.perf import (ALL_REDOPS, Perf, PerfOptions, all_dtypes, measured_table, parse_size, release_at_least,
+                               run_perf)
+    from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
+    from .topology.catalog import DEFAULT_SYSTEM, HOST_SYSTEM, LOCAL_SYSTEM
+    from .topology.hardware import FABRICS, GPU_MODELS
+
+# The names this module offers from the modules that define them, imported on first use (PEP 562
+# __getattr__ below): a command loads what it runs and no more (`nicksim search` answered from the
+# graph cache loads neither the engines nor the studies, NumPy nor networkx).
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("COLLECTIVES", "Call", "call_for_size", "collective_name", "dtype_name", "redop_name"), ".calls"),
+    **dict.fromkeys(("ENGINE_ALIASES", "ENGINES", "CallResult", "Engine", "canonical_engine", "engine_named"),
+                    ".engines"),
+    "read_input": ".files",
+    **dict.fromkeys(("JobLogger", "job_logger"), ".formats.joblog"),
+    **dict.fromkeys(("read_results", "results_json", "run_header", "step_text", "table_footer", "table_header",
+                     "format_row", "NCCL_TESTS_LATEST", "TIME_FORMAT", "RunSetup", "claim_json_path", "flag_release",
+                     "nccl_version_code", "preamble", "nccl_tests_json", "nccl_tests_release"), ".formats.report"),
+    **dict.fromkeys(("chrome_trace", "format_link_report", "real_trace"), ".formats.trace"),
+    "format_cluster": ".graph.cluster",
+    **dict.fromkeys(("format_nccl_paths", "format_paths"), ".graph.paths"),
+    "graphs_xml": ".graph.graphs",
+    **dict.fromkeys(("Job", "JobSpec", "load_job"), ".job"),
+    **dict.fromkeys(("ChannelProgram", "Plan", "call_plan", "check_programs", "job_programs"), ".plan"),
+    "Progress": ".progress",
+    **dict.fromkeys(("Perf", "PerfOptions", "compare", "format_comparison", "measured_table", "parse_size", "run_perf",
+                     "sweep_sizes", "ALL_REDOPS", "all_dtypes", "release_at_least"), ".studies.perf"),
+    **dict.fromkeys(("CATALOG", "DEFAULT_SYSTEM", "HOST_SYSTEM", "LOCAL_SYSTEM"), ".topology.catalog"),
+    **dict.fromkeys(("FABRICS", "GPU_MODELS"), ".topology.hardware"),
+    "format_system": ".topology.system",
+    **dict.fromkeys(("TopoXml", "dump_topo_xml"), ".topology.xml"),
+    **dict.fromkeys(("Drawing", "Heads", "PathMatrix", "WaitEdge"), ".studies.views"),
+}
 
 __all__ = [
     # names the front ends offer
@@ -92,6 +117,7 @@ __all__ = [
 ]
 
 
+@lru_cache(maxsize=None)
 def _installed_version() -> str:
     """nicksim's version as installed (pyproject.toml's), "unknown" where it runs uninstalled."""
     from importlib.metadata import PackageNotFoundError, version
@@ -101,8 +127,8 @@ def _installed_version() -> str:
         return "unknown"
 
 
-SYSTEMS: tuple[str, ...] = tuple(CATALOG)
-VERSION: str = _installed_version()
+SYSTEMS: tuple[str, ...]  # the catalog's names, and
+VERSION: str  # nicksim's installed version: both computed on first use (__getattr__)
 NCCL_VERSIONS: tuple[str, ...] = tuple(v.line for v in MODELLED_VERSIONS)
 DEFAULT_NCCL_VERSION: str = DEFAULT_VERSION.line
 
@@ -139,6 +165,7 @@ def load(system: str | None = None, *, nodes: int = 1, gpus_per_node: int | None
     release `nccl_version` (default the newest modelled), with the settings `env` over `environ`
     (or `params` already read), as rank `rank` sees it. The search and the communicator follow
     lazily from the job."""
+    from .job import JobSpec, load_job
     spec = JobSpec(system=system, nodes=nodes, nccl_version=nccl_version or DEFAULT_NCCL_VERSION, gpu=gpu,
                    gpus_per_node=gpus_per_node, fabric=fabric, nics_per_node=nics_per_node, nic_gbps=nic_gbps,
                    oversubscription=oversubscription, hosts_per_leaf=hosts_per_leaf,
@@ -153,6 +180,8 @@ def release_line(text: str) -> str:
 
 def call(job: Job, collective: str, nbytes: int | str, dtype: str = "float", op: str = "sum", root: int = 0) -> Call:
     """The call nccl-tests makes for a row of `nbytes` (its size column; "64M" works) on `job`."""
+    from .calls import call_for_size, collective_name, dtype_name, redop_name
+    from .studies.perf import parse_size
     size = parse_size(nbytes, "nbytes") if isinstance(nbytes, str) else nbytes
     return call_for_size(collective_name(collective), size, dtype_name(dtype), redop_name(op), root, job.nranks)
 
@@ -163,6 +192,9 @@ def topology_lines(job: Job, paths: bool = False, links: bool = False) -> list[s
     """The system as NCCL's GRAPH subsystem prints it for the job's rank (after trimming it to the
     rank's domain); the cluster for several nodes; with `paths` NCCL's path lines, the path matrix
     and transports; with `links` every directed link of the job's fabric as the DES names them."""
+    from .graph.cluster import format_cluster
+    from .graph.paths import format_nccl_paths, format_paths
+    from .topology.system import format_system
     out = format_system(job.paths.system, job.paths.max_bw, job.paths.total_bw)
     if job.spec.nodes > 1:
         out += format_cluster(job.cluster)
@@ -176,12 +208,14 @@ def topology_lines(job: Job, paths: bool = False, links: bool = False) -> list[s
 
 def search_lines(job: Job, print_tuning: bool = False) -> tuple[list[str], list[str]]:
     """(notes, lines) of NCCL's graph search and the rank's init view (formats.joblog.search_lines)."""
-    return _search_lines(job, print_tuning)
+    from .formats import joblog
+    return joblog.search_lines(job, print_tuning)
 
 
 def topology_xml(job: Job) -> str:
     """The job's node as NCCL_TOPO_DUMP_FILE holds it, as text: completed, in NCCL's dump layout,
     nothing before `<system>` (topology_provenance says where it came from)."""
+    from .topology.xml import TopoXml, dump_topo_xml
     return dump_topo_xml(TopoXml(job.filled.doc.root))
 
 
@@ -191,7 +225,7 @@ def topology_provenance(job: Job) -> str:
     spec = job.spec
     options = [f"{f.name}={getattr(spec, f.name)}" for f in fields(spec)
                if f.name not in ("system", "nccl_version", "where") and getattr(spec, f.name) != f.default]
-    out = [f"nicksim {VERSION}: the node of {job.system_name} in NCCL_TOPO_DUMP_FILE's form "
+    out = [f"nicksim {_installed_version()}: the node of {job.system_name} in NCCL_TOPO_DUMP_FILE's form "
            f"(NCCL {job.system.rules.version.line})" + (f", with {' '.join(options)}" if options else "")]
     notes = list(getattr(job.filled, "notes", ()))
     out += ["completing it assumed:"] + [f"  {note}" for note in notes] if notes else ["nothing was assumed"]
@@ -220,23 +254,27 @@ def write_topology(job: Job, path: str | Path) -> Path | None:
 
 def write_graphs(job: Job, path: str | Path) -> None:
     """The job's searched graphs as NCCL_GRAPH_DUMP_FILE holds them."""
+    from .graph.graphs import graphs_xml
     write_text(path, graphs_xml(job.paths, job.graphs))
 
 
 def plan(job: Job, the_call: Call) -> Plan:
     """NCCL's plan of one call: algorithm, protocol, channels, threads, chunking per channel."""
+    from .plan import call_plan
     return call_plan(job, the_call)
 
 
 def programs(job: Job, the_plan: Plan, ranks: Iterable[int] | None = None) -> dict[int, tuple[ChannelProgram, ...]]:
     """What each rank (or each of `ranks`) runs for `the_plan`, channel by channel: the programs
     the DES and the real backend run."""
+    from .plan import job_programs
     return job_programs(job, the_plan, ranks)
 
 
 def check(job: Job, the_plan: Plan) -> None:
     """Run every rank's programs symbolically; raises PlanCheckError where an output byte would
     be lost, doubled or wrongly reduced."""
+    from .plan import check_programs, job_programs
     check_programs(the_plan.call, job_programs(job, the_plan), len(job.paths.node_system.gpus()))
 
 
@@ -244,6 +282,7 @@ def check(job: Job, the_plan: Plan) -> None:
 
 def engine(name: str = "nccl", **options) -> Engine:
     """An engine by name (ENGINES; "model" is nccl's former name) with its options."""
+    from .engines import engine_named
     return engine_named(name, **options)
 
 
@@ -257,6 +296,7 @@ def des_parameters() -> dict[str, tuple[str, ...]]:
 def sizes(min_nbytes: int | str = 8, max_nbytes: int | str = 8 << 30, factor: int | None = 2,
           step_nbytes: int | str | None = None) -> list[int]:
     """nccl-tests' sizes from -b to -e, multiplying by -f or adding -i ("1M", "8G" work)."""
+    from .studies.perf import parse_size, sweep_sizes
     def size(v, flag):
         return parse_size(v, flag) if isinstance(v, str) else v
     return sweep_sizes(size(min_nbytes, "-b"), size(max_nbytes, "-e"), factor,
@@ -268,6 +308,9 @@ def perf(job: Job, collective: str = "all_reduce", sizes: Sequence[int] = (1 << 
          emit: Callable[[str], None] | None = None, **options) -> Perf:
     """An nccl-tests run of `collective` over `sizes` answered by `engine` (a name with its
     `options`, or an Engine); `emit` receives nccl-tests' text line by line as sizes complete."""
+    from .calls import collective_name, dtype_name, redop_name
+    from .engines import engine_named
+    from .studies.perf import PerfOptions, run_perf
     the_engine = engine_named(engine, **options) if isinstance(engine, str) else engine
     run = PerfOptions(collective_name(collective), tuple(sizes), dtype_name(dtype), redop_name(op), root,
                       min_nbytes=min(sizes, default=0), max_nbytes=max(sizes, default=0))
@@ -276,12 +319,14 @@ def perf(job: Job, collective: str = "all_reduce", sizes: Sequence[int] = (1 << 
 
 def link_report(result: CallResult) -> list[str]:
     """The busiest links of a DES run (bytes, busy share, rate, load); nothing for other engines."""
+    from .formats.trace import format_link_report
     return format_link_report(result.detail) if result.estimate == "des" else []
 
 
 def trace_doc(result: CallResult) -> dict | None:
     """A run's Chrome trace (opens in Perfetto): the DES's spans and link rates, or the real
     backend's passes over connection slots; None where the engine recorded none."""
+    from .formats.trace import chrome_trace, real_trace
     if result.estimate == "des" and result.detail is not None:
         return chrome_trace(result.detail)
     if result.estimate == "real" and result.detail:
@@ -295,12 +340,14 @@ def trace_doc(result: CallResult) -> dict | None:
 def compare_lines(run: Perf, measured_file: str) -> list[str]:
     """The run beside a measured one (nccl-tests text or JSON, or a case's CSV): per size and per
     size band, how far apart the bus bandwidths are."""
+    from .studies.perf import compare, format_comparison, measured_table
     table = measured_table(measured_file, run.collective, run.nranks)
     return format_comparison(compare(list(run.rows), table), run.engine)
 
 
 def nccl_tests_lines(text: str, where: str = "text") -> list:
     """Every nccl-tests table in `text` (any layout since v2.13, its JSON, or CSV blocks)."""
+    from .formats.report import read_results
     return read_results(text, where)
 
 
@@ -354,14 +401,16 @@ def write_json(path: str | Path, doc: dict) -> None:
 
 def run_ranks(collective: str, sizes: Sequence[int], dtype: str, op: str, root: int, iters: int, warmup_iters: int,
               check: int, nccl_version: str, trace: bool, params: Params, nranks: int | None, argv: Sequence[str],
-              header: str, emit: Callable[[str], None], on_trace=None, tests_version: str = NCCL_TESTS_LATEST):
+              header: str, emit: Callable[[str], None], on_trace=None, tests_version: str | None = None):
     """`nicksim run`: this host's ranks run a collective for real, each host planned as a node of
-    GPUs that join by shared memory, its text as nccl-tests `tests_version` prints it
+    GPUs that join by shared memory, its text as nccl-tests `tests_version` (None: NCCL_TESTS_LATEST) prints it
     (realhw.runner.run_command; its RunDone)."""
+    from .calls import collective_name, dtype_name, redop_name
+    from .formats.report import NCCL_TESTS_LATEST
     from .realhw.runner import RunOptions, run_command
     options = RunOptions(collective_name(collective), tuple(sizes), dtype_name(dtype), redop_name(op), root, iters,
                          warmup_iters, check, nccl_version, trace)
-    return run_command(options, params, nranks, argv, header, emit, on_trace, tests_version)
+    return run_command(options, params, nranks, argv, header, emit, on_trace, tests_version or NCCL_TESTS_LATEST)
 
 
 # --- studies -----------------------------------------------------------------------------------
@@ -392,6 +441,7 @@ def calibration_text(result) -> str:
 
 def read_grid(path: str | Path) -> list[dict]:
     """The points of a sweep grid file (GRID.toml)."""
+    from .files import read_input
     from .studies.sweep import read_grid as parse_grid
     try:
         text = read_input(path, "a readable GRID.toml").decode("utf-8")
@@ -464,6 +514,7 @@ def validate(cases: str | Path | None = None, engines: Sequence[str] = ("nccl",)
     """The validation cases (a folder of case files, one case file; default the project's
     validation/) answered by each engine ("nccl", "des"), the DES with `calibration`'s parameters;
     `on_case(engine, result, done, total)` hears of each case as it finishes, engine by engine."""
+    from .engines import canonical_engine
     from .studies.validate import read_calibration, run_case
     found = _cases(cases)
     names = list(dict.fromkeys(canonical_engine(e) for e in engines))
@@ -650,6 +701,7 @@ def priced(job: Job, the_call: Call) -> Table:
 def curves(job: Job, collective: str = "all_reduce", sizes: Sequence[int] = (1 << 20,), dtype: str = "float",
            op: str = "sum", root: int = 0) -> Table:
     """NCCL's time model over `sizes` for every pair it prices, `chosen` marking its pick per size."""
+    from .calls import collective_name, dtype_name, redop_name
     from .studies.views import size_curves
     return Table(tuple(size_curves(job, collective_name(collective), list(sizes), dtype_name(dtype), redop_name(op),
                                    root)))
@@ -665,6 +717,7 @@ def link_table(result: CallResult, top: int = 20) -> Table:
 def timeline(result_or_trace: CallResult | dict, max_spans: int = 4000, ranks: Sequence[int] | None = None) -> Table:
     """The spans of a run recorded with a trace (or of a Chrome trace document): rank, lane, op,
     start and duration in us; those of `ranks` (default every rank)."""
+    from .engines import CallResult
     from .studies.views import timeline_rows
     doc = trace_doc(result_or_trace) if isinstance(result_or_trace, CallResult) else result_or_trace
     return Table(tuple(timeline_rows(doc or {}, max_spans, ranks)))
@@ -673,6 +726,8 @@ def timeline(result_or_trace: CallResult | dict, max_spans: int = 4000, ranks: S
 def measured(text: str, collective: str, nranks: int | None = None, where: str = "measured") -> Table:
     """The rows of the first nccl-tests table in `text` (pasted output, its JSON or CSV blocks) for
     `collective` on `nranks` ranks: size, time and bus bandwidth. No such table is a UsageError."""
+    from .calls import collective_name
+    from .formats.report import read_results
     from .studies.views import measured_rows
     name = collective_name(collective)
     tables = read_results(text, where)
@@ -705,6 +760,7 @@ def case(measured_file: str | Path, job: Job, collective: str, name: str | None 
          env: Mapping[str, object] | None = None):
     """A validation case (studies.validate.Case) from a measured nccl-tests file and the job it
     ran on: what `validate`, `calibrate` and `case_points` take."""
+    from .calls import collective_name
     from .studies.validate import Case
     path = Path(measured_file)
     return Case(name=name or path.stem, path=str(path), title=f"{job.system_name}, {job.nranks} ranks",
@@ -738,7 +794,6 @@ PLOT_FORMATS = ("png", "svg")
 
 def need_matplotlib(where: str, extra: str = "plot") -> None:
     """A UsageError where matplotlib cannot be imported (it comes with nicksim's `extra`); nothing else."""
-    import importlib
     try:
         importlib.import_module("matplotlib")
     except ImportError:
@@ -777,6 +832,7 @@ def plot_perf(run: Perf, path: str | Path, measured_file: str | None = None) -> 
     """`run` drawn to `path` (.png or .svg, figures.draw_perf): bus bandwidth and time over sizes,
     the algorithm/protocol of each size marked, the rows of `measured_file` (what `compare_lines`
     reads) overlaid."""
+    from .studies.perf import measured_table
     from .studies.views import measured_rows
     measured_records = measured_rows(measured_table(measured_file, run.collective, run.nranks)) \
         if measured_file else []
@@ -810,6 +866,8 @@ def tuner(job: Job, collective: str = "all_reduce", sizes: Sequence[int] = (), e
     """The fastest algorithm/protocol per size range by `engine`'s own times (every pair NCCL
     prices, forced in turn), beside NCCL's own pick: what `tuner_csv` writes for NCCL's example
     tuner plugin."""
+    from .calls import collective_name
+    from .engines import engine_named
     from .studies.tuner import tuner_rows
     the_engine = engine_named(engine, **options) if isinstance(engine, str) else engine
     return Table(tuple(tuner_rows(job, collective_name(collective), list(sizes) or _TUNER_SIZES, the_engine,
@@ -852,10 +910,25 @@ def dashboard_command(host: str = "localhost", port: int = 8501) -> list[str]:
 
 
 def __getattr__(name: str):
-    """`figures` (matplotlib drawings) is imported on first use: a run that draws nothing does not
-    pay for matplotlib."""
+    """The names of _LAZY, SYSTEMS and VERSION, imported or computed on first use (then kept as
+    attributes); `figures` (matplotlib drawings) too: a run that draws nothing does not pay for
+    matplotlib."""
     if name == "figures":
         need_matplotlib("nicksim.api.figures")
         from .studies import figures
         return figures
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "SYSTEMS":
+        from .topology.catalog import CATALOG
+        value: Any = tuple(CATALOG)
+    elif name == "VERSION":
+        value = _installed_version()
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __package__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "SYSTEMS", "VERSION"})

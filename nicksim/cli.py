@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from . import api
 
@@ -19,10 +18,41 @@ __all__ = ["main", "build_parser"]
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and exit status 2."""
+    """argparse with one-line errors and exit status 2. A command's parser is made with `fill`, which
+    adds its arguments the first time the command is parsed or its help shown: a command builds (and
+    imports what builds) its own arguments, not every other command's."""
+
+    def __init__(self, *args, fill: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._fill = fill
+
+    def _filled(self) -> None:
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill(self)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._filled()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._filled()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._filled()
+        return super().format_help()
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Version(argparse._VersionAction):
+    """--version: the installed version, looked up when it is asked for."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        self.version = f"nicksim {api.VERSION}"
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _int_at_least(name: str, minimum: int):
@@ -88,32 +118,12 @@ def _add_system_options(p: argparse.ArgumentParser, positional: bool = True) -> 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nicksim", description="NCCL's decisions, reproduced and simulated.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    parser.add_argument("--version", action="version", version=f"nicksim {api.VERSION}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    topo = sub.add_parser("topo", help="print the system as NCCL's GRAPH subsystem does")
-    _add_system_options(topo)
-    topo.add_argument("--dump-xml", metavar="FILE",
-                      help="write the completed topology XML as NCCL_TOPO_DUMP_FILE does (nothing before <system>); "
-                           "where it came from (the source file's comments, what completing it assumed) goes to "
-                           f"FILE{api.PROVENANCE_SUFFIX}")
-    topo.add_argument("--paths", action="store_true", help="print path types, bandwidths and transports")
-    topo.add_argument("--links", action="store_true",
-                      help="list every directed link of the job's fabric as the DES names them (for --fault)")
-    topo.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
-                      help="print the system as this rank sees it (NCCL trims it to the rank's domain; default 0)")
-    topo.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
-    topo.set_defaults(run=_run_topo)
-    search = sub.add_parser("search", help="run NCCL's graph search and print its Pattern/channel lines")
-    _add_system_options(search)
-    search.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
-                        help="the rank whose channels and trees to print (default 0)")
-    search.add_argument("--dump-graph", metavar="FILE",
-                        help="write the graphs as NCCL_GRAPH_DUMP_FILE does (also read from that variable)")
-    search.add_argument("--print-tuning", action="store_true",
-                        help="print NCCL's TUNING table (as NCCL_DEBUG_SUBSYS=TUNING does)")
-    search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
-    search.set_defaults(run=_run_search)
+    sub.add_parser("topo", help="print the system as NCCL's GRAPH subsystem does", fill=_topo_arguments)
+    sub.add_parser("search", help="run NCCL's graph search and print its Pattern/channel lines",
+                   fill=_search_arguments)
     _add_perf_parser(sub)
     _add_run_parser(sub)
     _add_sweep_parser(sub)
@@ -126,9 +136,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _topo_arguments(topo) -> None:
+    _add_system_options(topo)
+    topo.add_argument("--dump-xml", metavar="FILE",
+                      help="write the completed topology XML as NCCL_TOPO_DUMP_FILE does (nothing before <system>); "
+                           "where it came from (the source file's comments, what completing it assumed) goes to "
+                           f"FILE{api.PROVENANCE_SUFFIX}")
+    topo.add_argument("--paths", action="store_true", help="print path types, bandwidths and transports")
+    topo.add_argument("--links", action="store_true",
+                      help="list every directed link of the job's fabric as the DES names them (for --fault)")
+    topo.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
+                      help="print the system as this rank sees it (NCCL trims it to the rank's domain; default 0)")
+    topo.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    topo.set_defaults(run=_run_topo)
+
+
+def _search_arguments(search) -> None:
+    _add_system_options(search)
+    search.add_argument("--rank", type=_int_at_least("--rank", 0), default=0,
+                        help="the rank whose channels and trees to print (default 0)")
+    search.add_argument("--dump-graph", metavar="FILE",
+                        help="write the graphs as NCCL_GRAPH_DUMP_FILE does (also read from that variable)")
+    search.add_argument("--print-tuning", action="store_true",
+                        help="print NCCL's TUNING table (as NCCL_DEBUG_SUBSYS=TUNING does)")
+    search.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    search.set_defaults(run=_run_search)
+
+
 def _add_env_parser(sub) -> None:
-    env = sub.add_parser("env", help="every NCCL_* knob nicksim reads: value and source, default, releases, and "
-                                     "its effect in each engine")
+    sub.add_parser("env", help="every NCCL_* knob nicksim reads: value and source, default, releases, and its "
+                               "effect in each engine", fill=_env_arguments)
+
+
+def _env_arguments(env) -> None:
     env.add_argument("names", nargs="*", metavar="NAME", help="only these knobs (a prefix works: NCCL_IB)")
     env.add_argument("--system", dest="system_opt", metavar="NAME|FILE.xml",
                      help="say which knobs this system's job reads, with its release's defaults")
@@ -301,8 +341,11 @@ def _perf_options(args, job, collective: str):
 
 
 def _add_run_parser(sub) -> None:
-    run = sub.add_parser("run", help="the collective run for real by ranks on this host (shared memory), "
-                                     "reported as nccl-tests does")
+    sub.add_parser("run", help="the collective run for real by ranks on this host (shared memory), reported as "
+                               "nccl-tests does", fill=_run_arguments)
+
+
+def _run_arguments(run) -> None:
     run.add_argument("collective", metavar="COLL", help=f"{', '.join(api.COLLECTIVES)} (or the _perf names)")
     run.add_argument("-np", dest="nranks", type=_int_at_least("-np", 1), default=None,
                      help="ranks to start (without a launcher; under torchrun, mpirun or srun the launcher's)")
@@ -328,8 +371,11 @@ PERF_EXAMPLES = """examples:
 
 
 def _add_perf_parser(sub) -> None:
-    perf = sub.add_parser("perf", help="an nccl-tests run (all_reduce_perf ...) answered by an engine",
-                          epilog=PERF_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub.add_parser("perf", help="an nccl-tests run (all_reduce_perf ...) answered by an engine", epilog=PERF_EXAMPLES,
+                   formatter_class=argparse.RawDescriptionHelpFormatter, fill=_perf_arguments)
+
+
+def _perf_arguments(perf) -> None:
     perf.add_argument("collective", metavar="COLL", help=f"{', '.join(api.COLLECTIVES)} (or the _perf names)")
     _add_system_options(perf, positional=False)
     g = _add_nccl_tests_flags(perf, "check results; the model and the DES move no data, so nothing is checked: they "
@@ -370,7 +416,11 @@ def _add_perf_parser(sub) -> None:
 
 
 def _add_sweep_parser(sub) -> None:
-    sw = sub.add_parser("sweep", help="run a grid of what-ifs (GRID.toml) into one CSV or JSON table")
+    sub.add_parser("sweep", help="run a grid of what-ifs (GRID.toml) into one CSV or JSON table",
+                   fill=_sweep_arguments)
+
+
+def _sweep_arguments(sw) -> None:
     sw.add_argument("grid", metavar="GRID.toml", help="a [sweep] table of options, each a value or a list")
     sw.add_argument("-o", "--output", metavar="FILE", help="write the table here (.json for JSON, else CSV); "
                                                           "default: CSV on stdout")
@@ -386,7 +436,11 @@ def _add_sweep_parser(sub) -> None:
 
 
 def _add_validate_parser(sub) -> None:
-    va = sub.add_parser("validate", help="compare an engine with real nccl-tests runs (validation cases)")
+    sub.add_parser("validate", help="compare an engine with real nccl-tests runs (validation cases)",
+                   fill=_validate_arguments)
+
+
+def _validate_arguments(va) -> None:
     va.add_argument("cases", nargs="?", metavar="DIR",
                     help="a folder of case files (*.toml) or one case file (default: the project's validation/)")
     va.add_argument("--engine", action="append", choices=["nccl", "des", "model"],
@@ -400,9 +454,12 @@ def _add_validate_parser(sub) -> None:
 
 
 def _add_calibrate_parser(sub) -> None:
+    sub.add_parser("calibrate", help="fit a DES parameter to measured runs (validation cases), with its error on "
+                                     "sources left out", fill=_calibrate_arguments)
+
+
+def _calibrate_arguments(ca) -> None:
     fitting = api.fit_parameters()
-    ca = sub.add_parser("calibrate", help="fit a DES parameter to measured runs (validation cases), with "
-                                          "its error on sources left out")
     ca.add_argument("cases", nargs="?", metavar="DIR",
                     help="a folder of case files (*.toml) or one case file (default: the project's validation/)")
     ca.add_argument("--fit", default="step_lat.scale", choices=list(fitting["names"]), help="the parameter to fit")
@@ -428,7 +485,11 @@ def _values():
 
 
 def _add_alphabeta_parser(sub) -> None:
-    ab = sub.add_parser("alphabeta", help="the alpha-beta model: ring vs double binary tree allreduce, crossover")
+    sub.add_parser("alphabeta", help="the alpha-beta model: ring vs double binary tree allreduce, crossover",
+                   fill=_alphabeta_arguments)
+
+
+def _alphabeta_arguments(ab) -> None:
     ab.add_argument("--p", type=int, help="ranks (with --bw and --lat; default: the three built-in scenarios)")
     ab.add_argument("--bw", type=float, help="link bandwidth, GB/s")
     ab.add_argument("--lat", type=float, help="latency per step, us")
@@ -440,8 +501,11 @@ def _add_alphabeta_parser(sub) -> None:
 
 
 def _add_dashboard_parser(sub) -> None:
-    dash = sub.add_parser("dashboard", help="serve the Streamlit dashboard (System, Plans, Performance, Hangs, "
-                                            "Calibration) and print its URL")
+    sub.add_parser("dashboard", help="serve the Streamlit dashboard (System, Plans, Performance, Hangs, "
+                                     "Calibration) and print its URL", fill=_dashboard_arguments)
+
+
+def _dashboard_arguments(dash) -> None:
     dash.add_argument("--host", default="localhost", help="address to listen on (default localhost; 0.0.0.0 for "
                                                           "every interface)")
     dash.add_argument("--port", type=_int_at_least("--port", 1), default=8501, help="port (default 8501)")
@@ -450,7 +514,11 @@ def _add_dashboard_parser(sub) -> None:
 
 
 def _add_hang_parser(sub) -> None:
-    hang = sub.add_parser("hang", help="hangs: replay the classic ones on the DES, diagnose real logs")
+    sub.add_parser("hang", help="hangs: replay the classic ones on the DES, diagnose real logs",
+                   fill=_hang_arguments)
+
+
+def _hang_arguments(hang) -> None:
     verbs = hang.add_subparsers(dest="hang_command", metavar="list|replay|diagnose", parser_class=_Parser)
     verbs.required = True
     ls = verbs.add_parser("list", help="the scenarios replay knows")
@@ -854,6 +922,12 @@ _OUTPUTS = (("json", "-J/--json"), ("trace", "--trace"), ("dump_xml", "--dump-xm
             ("output", "-o/--output"), ("output_json", "--json"))
 
 
+def _print_traceback() -> None:
+    """The exception being handled, as Python prints it (--debug)."""
+    import traceback
+    traceback.print_exc()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
@@ -871,7 +945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.status
     except api.NickSimError as exc:
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         print(f"nicksim: error: {exc.line()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -881,7 +955,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:  # a bug in nicksim, not bad input
         if debug:
-            traceback.print_exc()
+            _print_traceback()
         else:
             print(f"nicksim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
                   file=sys.stderr)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from .topology.catalog import DEFAULT_SYSTEM, load_node
-from .tuning.choose import CommState, comm_state
 from .graph.collnet import CollNetSetup, collnet_setup, graph_heads
 from .graph.cluster import Cluster, ClusterSpec, build_cluster
 from .graph.connect import Channels, connect, nvls_heads
@@ -23,10 +23,13 @@ from .topology.fill import FillOptions
 from .topology.hardware import FABRICS, fabric, gpu_model
 from .params import Params
 from .graph.paths import Paths, compute_paths
-from .plan.collnet import CollNetLayout
 from .graph.cache import cache_folder, cached_search_graphs
-from .graph.search import Graph
+from .graph.graphs import Graph
 from .topology.system import System, build_system
+
+if TYPE_CHECKING:  # loaded where they are used: a job that only searches needs neither
+    from .plan.collnet import CollNetLayout
+    from .tuning.choose import CommState
 
 __all__ = ["JobSpec", "Job", "SPEC_FIELDS", "MIN_NIC_GBPS", "MAX_NIC_GBPS", "check_spec", "load_job", "load_node_paths"]
 
@@ -123,6 +126,7 @@ class Job:
         None while CollNet is off."""
         if not self.collnet.enabled:
             return None
+        from .plan.collnet import CollNetLayout
         per_node = len(self.paths.node_system.gpus())
         chain = self.graphs["collnet_chain"]
         direct = self.graphs.get("collnet_direct", chain)
@@ -134,6 +138,7 @@ class Job:
 
     @cached_property
     def comm(self) -> CommState:
+        from .tuning.choose import comm_state
         return comm_state(self.paths, self.graphs, self.channels.n_channels, self.nodes, self.params, self.collnet)
 
     def notes(self, searched: bool = True) -> list[str]:

@@ -59,3 +59,29 @@ def test_bad_input_raises_the_one_error_type():
         api.engine("fluid")
     with pytest.raises(api.NickSimError):
         api.perf(api.load("dgx-h100"), "all_reduse")
+
+
+def test_every_public_name_is_there_though_loaded_on_first_use():
+    # the names api offers from other modules come on first use (PEP 562): dir() and `from nicksim.api
+    # import X` see every one of __all__, and what a name is does not depend on how it was reached
+    import subprocess
+    import sys
+    from nicksim.formats.report import NCCL_TESTS_LATEST
+    from nicksim.job import Job
+    from nicksim.topology.catalog import CATALOG
+    listed = set(dir(api))
+    for name in api.__all__:
+        assert name == "figures" or name in listed, name  # figures: matplotlib, loaded only when asked for
+        if name != "figures":
+            namespace: dict = {}
+            exec(f"from nicksim.api import {name}", namespace)
+            assert namespace[name] is getattr(api, name), name
+    assert api.Job is Job and api.NCCL_TESTS_LATEST == NCCL_TESTS_LATEST and api.SYSTEMS == tuple(CATALOG)
+    assert isinstance(api.VERSION, str) and api.VERSION
+    assert not hasattr(api, "no_such_name")  # an AttributeError, as for any module
+    # importing the api loads neither the engines, the studies, the job nor what they stand on
+    code = ("import sys; from nicksim import api; heavy = ('numpy', 'networkx', 'lxml', 'nicksim.job', "
+            "'nicksim.engines', 'nicksim.studies', 'nicksim.graph', 'nicksim.topology', 'nicksim.model', "
+            "'importlib.metadata'); print(sorted(m for m in sys.modules if m.startswith(heavy)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -109,3 +109,42 @@ def test_the_cli_keeps_the_search_and_prints_the_same(tmp_path):
     assert first.returncode == again.returncode == 0
     assert first.stdout == again.stdout and "nChannels" in first.stdout
     assert len(list(tmp_path.glob("graphs-*.json"))) == 1
+
+
+# What a second `nicksim search` must not load: the search itself (and the NumPy its float32 arithmetic
+# needs), the engines and what they run on, the studies, perf's formats, the pictures, networkx (the
+# fabric graph is built on first use) and the installed version's metadata.
+_NOT_FOR_A_CACHED_SEARCH = ("nicksim.graph.search", "numpy", "networkx", "nicksim.engines", "nicksim.model",
+                            "nicksim.realhw", "nicksim.plan", "nicksim.studies", "nicksim.forensics",
+                            "nicksim.scenarios", "nicksim.formats.report", "nicksim.formats.trace",
+                            "nicksim.tuning.choose", "nicksim.topology.detect", "simpy", "numba", "matplotlib",
+                            "tqdm", "importlib.metadata")
+
+
+def test_a_cached_search_loads_only_what_it_prints(tmp_path):
+    # `python -m nicksim search` as a user runs it, twice: the second is answered from the cache and
+    # imports what printing the answer takes, no more (what is loaded, not how long it takes)
+    code = ("import runpy, sys\n"
+            "out = sys.argv.pop(1)\n"
+            "sys.argv[0] = 'nicksim'\n"
+            "try:\n"
+            "    runpy.run_module('nicksim', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as done:\n"
+            "    assert not done.code, done.code\n"
+            "open(out, 'w').write('\\n'.join(sorted(sys.modules)))\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "NICKSIM_"))},
+           "NICKSIM_CACHE": str(tmp_path / "cache")}
+
+    def loaded(*args: str) -> set[str]:
+        out = tmp_path / "modules.txt"
+        subprocess.run([sys.executable, "-c", code, str(out), "search", *args], cwd=REPO, env=env,
+                       capture_output=True, text=True, check=True)
+        return set(out.read_text().split())
+
+    for args in (("--system", "dgx-h100"), ("--system", "dgx-b200", "--nodes", "2")):
+        first = loaded(*args)
+        assert "nicksim.graph.search" in first and "numpy" in first  # the first one searched
+        again = loaded(*args)
+        assert {"nicksim.graph.cache", "nicksim.formats.joblog"} <= again
+        heavy = sorted(m for m in again if m.startswith(_NOT_FOR_A_CACHED_SEARCH))
+        assert not heavy, f"a cached search of {' '.join(args)} loaded {heavy}"

@@ -16,18 +16,20 @@ a claim about a real process.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from ..calls import DTYPES, REDOPS, Call
 from ..constants import tuning_tables
 from ..graph.connect import (format_channel_counts, format_channels, format_nvls_heads, nvls_heads, p2p_channels,
                              p2p_chunk_nbytes)
-from ..graph.search import format_graph
+from ..graph.graphs import format_graph
 from ..graph.transports import connection_lines, ring_links, tree_links
 from ..graph.trees import dtree
 from ..params import KNOBS, Params, debug_ranks, parse_nccl_int
 from ..tuning.cost import format_thread_thresholds, format_tuning_table, thread_thresholds
 from .logs import Identity, LogSink, debug_config
+
+if TYPE_CHECKING:
+    from ..calls import Call
 
 __all__ = ["Line", "JobLogger", "job_logger", "search_lines", "rank_identity", "init_lines", "connect_lines", "call_lines", "destroy_line", "emit_lines",
            "comm_pointer", "runtime_connect", "setting_lines"]
@@ -305,6 +307,7 @@ def call_lines(call: Call, op_count: int, rank: int, in_place: bool = False, com
     """enqueue.cc's per-call line (INFO, COLL): `AllReduce: opCount 0 sendbuff ... count ... datatype
     ... op ... root ... comm ... [nranks=N] stream ...`; alltoall and sendrecv are the Send and Recv
     calls nccl-tests groups, one pair per peer."""
+    from ..calls import DTYPES, REDOPS  # the call's numbers as NCCL logs them
     send = _BUFFERS + (rank << 36)
     recv = send if in_place else send + (1 << 30)
     dtype = list(DTYPES).index(call.dtype)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Iterable
 
@@ -259,12 +260,17 @@ _KINDS = (
     ("decision", r"^\d+ Bytes -> Algo \d+ proto \d+ time "),
     ("destroy", r"Destroy COMPLETE$"),
 )
-_KIND_RES = tuple((name, re.compile(pattern)) for name, pattern in _KINDS)
+
+
+@lru_cache(maxsize=None)
+def _kind_patterns() -> tuple[tuple[str, re.Pattern], ...]:
+    """_KINDS compiled, when a line is first read (a run that only writes logs never needs them)."""
+    return tuple((name, re.compile(pattern)) for name, pattern in _KINDS)
 
 
 def line_kind(text: str) -> str | None:
     """The kind of an INFO line's text (`comm`, `ring`, `connection`, ...), None for others."""
-    for name, pattern in _KIND_RES:
+    for name, pattern in _kind_patterns():
         if pattern.search(text):
             return name
     return None

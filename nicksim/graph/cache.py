@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..params import Params
+from .graphs import Graph
 from .paths import Paths
-from .search import Graph, search_graphs
 
 __all__ = ["cached_search_graphs", "search_key", "cache_folder"]
 
@@ -36,6 +36,13 @@ def cache_folder(params: Params) -> str | None:
     if chosen is not None:
         return None if str(chosen).strip().lower() in ("off", "0", "none", "") else str(chosen)
     return params.cache_home
+
+
+def search_graphs(paths: Paths, params: Params) -> dict[str, Graph]:
+    """search.search_graphs, loaded when a search runs: a run the cache answers never loads the
+    search (nor NumPy, which its float32 arithmetic needs)."""
+    from .search import search_graphs as search
+    return search(paths, params)
 
 
 def _source_digest() -> str:

@@ -6,19 +6,23 @@ leaf switches it plugs into and the spine above them. Rail-optimized by default 
 every node on rail i's leaf switches); leaves hold `hosts_per_leaf` nodes each, and their
 uplinks carry the downlink bandwidth divided by `oversubscription`. Edges carry `bw_gbps`
 (GB/s per direction) and `lat_us`; switches carry their own `lat_us`. NCCL's own view of the
-network stays what it is in the node System: NET nodes with a speed.
+network stays what it is in the node System: NET nodes with a speed. The graph is built (and
+networkx loaded) on first use: NCCL's decisions never read it, only the DES and the routes do.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-import networkx as nx
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..topology.hardware import Fabric
 from .paths import Paths, local_net, p2p_net
 from ..topology.system import System
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "fabric_routes", "Route", "format_cluster"]
 
@@ -47,14 +51,19 @@ class ClusterSpec:
 
 @dataclass(frozen=True)
 class Cluster:
-    """N identical nodes (one System, and the Paths of one rank's view of it) and the fabric graph."""
+    """N identical nodes (one System, and the Paths of one rank's view of it), the switches of the
+    fabric, and the fabric graph (built on first use)."""
 
     spec: ClusterSpec
     node: System
     paths: Paths
-    graph: nx.Graph
     leaves: int
     spines: int
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """The fabric graph (frozen): NIC ports, leaves and spines, with `bw_gbps` and `lat_us`."""
+        return _fabric_graph(self.node, self.spec)
 
     @property
     def gpus_per_node(self) -> int:
@@ -72,8 +81,26 @@ def _nic_key(node: int, port: int) -> tuple:
 
 
 def build_cluster(system: System, paths: Paths, spec: ClusterSpec) -> Cluster:
-    """Assemble the fabric graph for `spec.nodes` copies of `system`."""
+    """The cluster of `spec.nodes` copies of `system`; its fabric graph is assembled on first use."""
     spec.check()
+    leaves, spines = _switch_counts(spec, len(system.nets()))
+    return Cluster(spec, system, paths, leaves, spines)
+
+
+def _switch_counts(spec: ClusterSpec, nics: int) -> tuple[int, int]:
+    """(leaves, spines) of the fabric _wire_switches builds for nodes of `nics` NIC ports."""
+    if spec.nodes < 2 or not nics:
+        return 0, 0
+    if spec.rail_optimized:
+        leaves = nics * math.ceil(spec.nodes / spec.hosts_per_leaf)
+    else:
+        leaves = math.ceil(spec.nodes * nics / (spec.hosts_per_leaf * nics))
+    return (1, 0) if leaves == 1 else (leaves, max(1, min(spec.hosts_per_leaf, leaves)))
+
+
+def _fabric_graph(system: System, spec: ClusterSpec) -> nx.Graph:
+    """The fabric graph of `spec.nodes` copies of `system`."""
+    import networkx as nx
     graph = nx.Graph()
     nets = [system.nodes[n].net for n in system.nets()]
     switch_lat = spec.switch_lat_us if spec.switch_lat_us is not None else (
@@ -82,10 +109,9 @@ def build_cluster(system: System, paths: Paths, spec: ClusterSpec) -> Cluster:
         for port, net in enumerate(nets):
             graph.add_node(_nic_key(node, port), kind="nic", node=node, dev=net.dev, name=net.name,
                            bw_gbps=net.bw_gbps)
-    leaves = spines = 0
     if spec.nodes > 1 and nets:
-        leaves, spines = _wire_switches(graph, spec, nets, switch_lat)
-    return Cluster(spec, system, paths, nx.freeze(graph), leaves, spines)
+        _wire_switches(graph, spec, nets, switch_lat)
+    return nx.freeze(graph)
 
 
 def _wire_switches(graph: nx.Graph, spec: ClusterSpec, nets, switch_lat: float) -> tuple[int, int]:
@@ -157,6 +183,7 @@ def fabric_routes(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) 
     single route where the two ports share a leaf or the fabric has fewer than two spines; none
     where they are not connected. Flows spread over several of them where the fabric or the
     transport asks for it (ECMP over a connection's queue pairs, adaptive routing: model/ib.py)."""
+    import networkx as nx
     g = cluster.graph
     a, b = _nic_key(*src), _nic_key(*dst)
     if a not in g or b not in g:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..params import Params
-from .search import Graph, collnet_enabled
+from .graphs import Graph, collnet_enabled
 
 __all__ = ["CollNetSetup", "COLLNET_OFF", "collnet_setup", "collnet_supported", "graph_heads"]
 

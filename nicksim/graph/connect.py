@@ -22,7 +22,7 @@ from ..constants.topo_rules import NET_STEP_US, P2P_NET_CHUNK_DEFAULT, P2P_PER_C
 from ..errors import UsageError
 from ..params import Params
 from .paths import Paths, local_net, local_nets
-from .search import SPLIT_TREE, TREE, Graph
+from .graphs import SPLIT_TREE, TREE, Graph
 from .trees import dtree
 
 __all__ = ["Channels", "connect", "format_channels", "nvls_heads", "format_nvls_heads", "P2pChannels",

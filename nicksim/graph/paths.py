@@ -14,15 +14,13 @@ The result, Paths, is immutable and holds everything later stages ask of it.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
 from ..constants.topo_rules import LOC_BW, TopoRules
 from ..params import Params
-from ..topology.system import CPU_ARCH, CPU_VENDOR, System
+from ..topology.system import CPU_ARCH, CPU_VENDOR, System, f32
 
 __all__ = ["ib_hca_selects", 
     "Path",
@@ -808,7 +806,7 @@ def format_nccl_paths(paths: Paths) -> list[str]:
                 if p is None:
                     continue
                 # 2.18-2.20 print the float path bandwidth with %f (370.800018 for 18 x 20.6)
-                bw = f"{float(np.float32(p.bw_gbps)):f}" if style == 218 else f"{p.bw_gbps:.1f}"
+                bw = f"{f32(p.bw_gbps):f}" if style == 218 else f"{p.bw_gbps:.1f}"
                 line += f"{label(dst, False)} ({p.hops}/{bw}/{p.type}) "
         out.append(line)
     return out

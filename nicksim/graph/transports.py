@@ -11,7 +11,7 @@ channel and, for PXN, the proxy rank in parentheses (p2p.cc, shm.cc, net.cc; 2.1
 from __future__ import annotations
 
 from .paths import Paths
-from .search import Graph
+from .graphs import Graph
 
 __all__ = ["ring_links", "tree_links", "connection_lines", "channel_net"]
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from .detect import detect_topology
 from ..errors import TopologyError, UnknownNameError
 from .fill import FillOptions, FilledTopology, fill_topology
 from .hardware import fabric
@@ -75,6 +74,7 @@ def topology_dir() -> Path:
 def resolve_system(spec: str, where: str = "SYSTEM") -> tuple[TopoXml, CatalogEntry | None]:
     """Read the topology a SYSTEM argument names: a catalog name, or an XML file path."""
     if spec.strip().lower() == LOCAL_SYSTEM:
+        from .detect import detect_topology  # this host's hardware: read only when asked for
         return detect_topology(where=where), None
     entry = CATALOG.get(spec.strip().lower())
     if entry is not None:

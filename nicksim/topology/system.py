@@ -15,8 +15,8 @@ in the XML and ignored, as NCCL does.
 """
 from __future__ import annotations
 
-import numpy as np
-
+import math
+import struct
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
@@ -42,6 +42,7 @@ __all__ = [
     "NODE_KINDS",
     "CPU_ARCH",
     "CPU_VENDOR",
+    "f32",
 ]
 
 # topo.cc topoNodeTypeStr order (GIN/RMA/CXB are not modelled).
@@ -51,6 +52,18 @@ CPU_VENDOR = {"GenuineIntel": 1, "AuthenticAMD": 2, "CentaurHauls": 3, "  Shangh
 _UNDEF = -1
 _INTEL_MODEL = {"BDW": 1, "SKL": 2, "SRP": 3, "ERP": 4}
 _YONGFENG = 1
+_F32 = struct.Struct("f")
+
+
+def f32(x: float) -> float:
+    """`x` as C's (float)x gives it (round to nearest, ties to even), back as a Python float: NCCL keeps
+    bandwidths in float. The same as float(numpy.float32(x)), without loading NumPy; a sum or product
+    of two such values, rounded by f32, is the float32 operation's result (a double holds it exactly
+    or rounds it harmlessly: 53 >= 2 * 24 + 2 bits)."""
+    try:
+        return _F32.unpack(_F32.pack(x))[0]
+    except OverflowError:  # beyond float's range: the cast gives infinity
+        return math.copysign(math.inf, x)
 
 
 @dataclass(frozen=True)
@@ -319,7 +332,7 @@ class _Builder:
             links.append([kind, 0.0, b])
             pos = len(links) - 1
         # NCCL keeps link bandwidths in float (topo.cc ncclTopoConnectNodes: link->bw += bw).
-        links[pos][1] = float(np.float32(np.float32(links[pos][1]) + np.float32(bw)))
+        links[pos][1] = f32(f32(links[pos][1]) + f32(bw))
         # Keep links sorted by bandwidth, descending; an updated link moves ahead of narrower ones.
         link = links.pop(pos)
         while pos > 0 and links[pos - 1][1] < link[1]:
@@ -565,7 +578,7 @@ class _Builder:
         tclass = (xml_link.get("tclass") or "").lower()
         if not tclass:
             raise rd.fail(xml_link, "<nvlink> has no tclass=", 'tclass="0x068000" (NVSwitch) or the target GPU class')
-        bw = float(np.float32(count) * np.float32(self.rules.nvlink_bw(self.nodes[gpu].gpu.sm)))  # int * float
+        bw = f32(f32(count) * f32(self.rules.nvlink_bw(self.nodes[gpu].gpu.sm)))  # int * float
         if tclass.startswith("0x03"):
             target = rd.busid(xml_link, "target")
             remote_gpu = gpu_for.get((sid, target))

@@ -24,7 +24,7 @@ from ..constants.versions import MODELLED_VERSIONS
 from ..errors import UsageError
 from ..params import Params
 from ..graph.connect import nvls_channels
-from ..graph.search import Graph
+from ..graph.graphs import Graph
 from ..constants.device import NCCL_MAX_NTHREADS, WARP_SIZE
 from .cost import (FUNCTIONS, CostTable, ThreadThresholds, TuneInputs, algo_time,
                    thread_thresholds, time_model_modelled, tune_inputs, tune_model)

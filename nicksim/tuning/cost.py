@@ -22,7 +22,7 @@ from ..constants.versions import MODELLED_VERSIONS, NcclVersion
 from ..errors import UsageError
 from ..params import Params
 from ..graph.paths import Paths
-from ..graph.search import Graph
+from ..graph.graphs import Graph
 
 __all__ = [
     "FUNCTIONS",
