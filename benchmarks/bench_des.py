@@ -14,12 +14,14 @@ Three parts, each against a peer measured in the same run:
   for the same job. The bars (issue 28): all_reduce on 1024 GPUs under 10 s, on 8192 under 120 s
   and 4 GB; all_gather, reduce_scatter and alltoall on 1024 under 60 s each. all_reduce runs with
   SHARP (NCCL's choice is NVLS across nodes; every node behaves alike and is simulated once) and
-  without (NVLS Tree: the two trees together set every node apart, so up to 128 nodes every node is
+  without (NVLS Tree: the two trees together set every node apart, so up to 64 nodes every node is
   simulated, and beyond that each channel's nodes are split on their own — `split` says which).
-`--plot FILE` draws the growth series (seconds and transfers) to a PNG. Run:
+`--plot FILE` draws the growth series (seconds and transfers) to a PNG, `--scale-plot FILE` the scale
+part's CPU seconds and events against ranks (log-log, beside a line of slope one). Run:
 
     python benchmarks/bench_des.py [--plot docs/des-cost.png] [--repeat 1] [--scale 16 128]
     python benchmarks/bench_des.py --only-scale --scale 8 32 128 --collectives all_reduce all_gather
+    python benchmarks/bench_des.py --only-scale --scale 4 16 64 128 1024 --scale-plot docs/des-scale.png
 """
 from __future__ import annotations
 
@@ -144,11 +146,12 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def scale(node_counts: list[int], collectives: list[str]) -> None:
+def scale(node_counts: list[int], collectives: list[str]) -> dict[str, list[dict]]:
     print("# scale: one 1 GiB call, each in its own process; CPU seconds of the simulation (des s), of a bare")
     print("# SimPy loop of as many events in the same process (bare s), and their ratio")
     print(f"# {'coll':<14} {'GPUs':>5} {'SHARP':>5} {'algorithm':>15} {'des s':>7} {'events':>9} {'bare s':>7} "
           f"{'x bare':>6} {'MiB':>6} {'classes':>7} {'split':>11}  des vs model time")
+    series: dict[str, list[dict]] = {}
     for collective in collectives:
         for sharp in (True, False) if collective == "all_reduce" else (False,):
             for nodes in node_counts:
@@ -159,6 +162,40 @@ def scale(node_counts: list[int], collectives: list[str]) -> None:
                 print(f"  {collective:<14} {r['gpus']:>5} {'yes' if sharp else 'no':>5} {algo:>15} {r['des_s']:>7.1f} "
                       f"{r['events']:>9} {r['bare_s']:>7.2f} {r['des_s'] / r['bare_s']:>6.0f} {r['maxrss_mib']:>6.0f} "
                       f"{r['classes']:>7} {r['split']:>11}  {r['des_us']:.0f} vs {r['model_us']:.0f} us", flush=True)
+                series.setdefault(f"{collective}{', SHARP' if sharp else ''}", []).append(r)
+    return series
+
+
+def scale_plot(series: dict[str, list[dict]], path: str) -> None:
+    """CPU seconds and events against ranks, log-log; hollow markers where each channel was split
+    on its own (not every node simulated exactly)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (cost, events) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, rows in series.items():
+        xs = [r["gpus"] for r in rows]
+        line, = cost.plot(xs, [r["des_s"] for r in rows], "o-", label=f"{name}: {rows[-1]['algorithm']}")
+        split = [r for r in rows if r["split"] != "exact"]
+        cost.plot([r["gpus"] for r in split], [r["des_s"] for r in split], "o", markersize=10,
+                  markerfacecolor="none", color=line.get_color())
+        events.plot(xs, [r["events"] for r in rows], "o-", color=line.get_color(), label=name)
+    for ax, unit in ((cost, "CPU seconds (simulation)"), (events, "SimPy events")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("GPUs (DGX H100 nodes x 8)")
+        ax.set_ylabel(unit)
+        low, high = ax.get_xlim()
+        first = min(min(r["gpus"] for r in rows) for rows in series.values())
+        y0 = min(r["des_s" if ax is cost else "events"] for rows in series.values() for r in rows)
+        ax.plot([first, high], [y0, y0 * high / first], ":", color="grey", label="slope 1 (linear in ranks)")
+        ax.legend(fontsize=7)
+    cost.set_title("1 GiB call; circled: each channel split on its own", fontsize=9)
+    events.set_title("events the loop scheduled", fontsize=9)
+    fig.suptitle("nicksim DES: cost against ranks (2-core machine)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"# plot written to {path}")
 
 
 def plot(series: dict[str, list[tuple]], path: str) -> None:
@@ -194,6 +231,7 @@ def main() -> None:
     parser.add_argument("--collectives", nargs="+", default=["all_reduce"], metavar="COLL",
                         help="collectives of the scale part (default all_reduce)")
     parser.add_argument("--only-scale", action="store_true", help="run the scale part alone")
+    parser.add_argument("--scale-plot", metavar="FILE", help="write the scale part's plot (PNG)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sharp", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -201,7 +239,9 @@ def main() -> None:
         print(json.dumps(one_large(args.one, args.sharp, args.collectives[0])))
         return
     if args.only_scale:
-        scale(args.scale, args.collectives)
+        series = scale(args.scale, args.collectives)
+        if args.scale_plot:
+            scale_plot(series, args.scale_plot)
         return
     sweeps(args.repeat)
     series = growth(args.repeat)
@@ -209,7 +249,9 @@ def main() -> None:
     if args.plot:
         plot(series, args.plot)
     if args.scale:
-        scale(args.scale, args.collectives)
+        scaled = scale(args.scale, args.collectives)
+        if args.scale_plot:
+            scale_plot(scaled, args.scale_plot)
 
 
 if __name__ == "__main__":

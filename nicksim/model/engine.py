@@ -501,9 +501,11 @@ class _Sim:
     def _links_but_ctas(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int
                         ) -> tuple[int, ...]:
         """The fabric links of `prim`'s route (the CTA links differ by channel by construction): the
-        same on every channel of one routing key (Router.channel_key) where no collapse maps peers
-        per channel, so worked out once per key."""
-        where = channel if self.collapse is not None else c.router.channel_key(channel)
+        same on every channel of one routing key (Router.channel_key) and, where nodes are collapsed,
+        of one kind (Collapse.channel_kind), so worked out once per key and kind."""
+        where = c.router.channel_key(channel)
+        if self.collapse is not None:  # members and their peers depend on the channel's kind as well
+            where = (where, self.collapse.channel_kind(channel))
         key = (c, prim.op, prim.recv_from, prim.send_to, rank, where)
         links = self._fabric_routes.get(key)
         if links is None:
@@ -1007,7 +1009,15 @@ def _collapse(sim: "_Sim", plan: Plan) -> Collapse | None:
         root_node = plan.call.root // len(job.paths.node_system.gpus())
         faulty.setdefault(root_node, set()).add((-1, "root"))
 
+    known: dict[tuple, tuple] = {}
+
     def route_cables(channel: int, src: int, dst: int):
+        key = (sim.router.channel_key(channel), src, dst)  # the NICs decide the cables, not the channel
+        if key not in known:
+            known[key] = cables_of(channel, src, dst)
+        return known[key]
+
+    def cables_of(channel: int, src: int, dst: int):
         paths = sim.router.net_cables(channel, src, dst)
         paths = paths if sim.multipath else paths[:1]
         used = paths[:sim.ib.n_used(len(paths))]  # the spine routes its queue pairs or adaptive routing take

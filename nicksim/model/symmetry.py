@@ -80,6 +80,12 @@ class Collapse:
     rep_node: tuple[tuple[int, ...], ...]
     order: dict = field(compare=False, repr=False)
     exact: bool = True
+    # Per channel, the first channel with the same representatives and the same peer order: two
+    # channels of one kind pair every member with the same peers (what routes depend on besides NICs).
+    kinds: tuple[int, ...] = ()
+
+    def channel_kind(self, channel: int) -> int:
+        return self.kinds[channel] if channel < len(self.kinds) else channel
 
     def _reps(self, channel: int) -> tuple[int, ...]:
         return self.rep_node[channel % len(self.rep_node)]
@@ -142,13 +148,14 @@ def _relations(job, roles: _Roles, per_node: int, channels, route_cables) -> tup
     return relations, link_colour
 
 
-def _refine(relations: list, colour: list[int], link_colour: dict[int, int], per_node: int
-            ) -> tuple[list[int], dict[int, int]]:
+def _refine(relations: list, colour: list[int], link_colour: dict[int, int], per_node: int,
+            limit: int | None = None) -> tuple[list[int], dict[int, int]] | None:
     """Colour refinement of nodes and cables over `relations` until no class splits further. Each
     round works on arrays: a relation's key is (channel, local rank, role, peer's local rank, peer's
     colour, its cables' colours); a node's new colour is its old one with the multiset of its
     relations' keys, a cable's its old one with the multiset of (node's colour, channel, local rank,
-    role, place on the route) of the relations crossing it. Colours are dense class numbers."""
+    role, place on the route) of the relations crossing it. Colours are dense class numbers. None as
+    soon as the nodes fall into more than `limit` classes."""
     links = list(link_colour)
     if not relations:
         return colour, link_colour
@@ -173,6 +180,8 @@ def _refine(relations: list, colour: list[int], link_colour: dict[int, int], per
         node_colour = _row_ids(np.column_stack([node_colour, _multiset_ids(owner, keys, node_colour.size)]))
         cable_colour = _row_ids(np.column_stack([cable_colour, _multiset_ids(crossed, crossing, len(links))]))
         new_count = (_n_classes(node_colour), _n_classes(cable_colour))
+        if limit is not None and new_count[0] > limit:
+            return None
         if new_count == count:
             return node_colour.tolist(), dict(zip(links, cable_colour.tolist()))
         count = new_count
@@ -236,23 +245,46 @@ def node_classes(job, algorithm: str, n_channels: int, route_cables, fault_nodes
     start = [hash((fault_nodes.get(n, ()), tuple(late.get(n * per_node + l, 0.0) for l in range(per_node))))
              for n in range(nodes)]
     relations, link_colour = _relations(job, roles, per_node, range(n_channels), route_cables)
-    joint = _split([relations], start, link_colour, per_node, exact=True)
-    if exact_nodes is None or joint.n_classes <= exact_nodes:
+    # Refinement only ever splits classes, so the joint one stops once it passes `exact_nodes`; it
+    # is finished only where splitting each channel on its own does not leave fewer classes.
+    joint = _split([relations], start, link_colour, per_node, exact=True, limit=exact_nodes)
+    if joint is not None:
         return joint
     apart = _split([[rel for rel in relations if rel[1] == c] for c in range(n_channels)], start, link_colour,
                    per_node, exact=False)
-    return apart if apart.n_classes < joint.n_classes else joint
+    if apart.n_classes <= exact_nodes:  # fewer than the joint split's, which passed the limit
+        return apart
+    joint = _split([relations], start, link_colour, per_node, exact=True, limit=apart.n_classes)
+    return apart if joint is None or apart.n_classes < joint.n_classes else joint
 
 
 def _split(parts: list[list], start: list[int], link_colour: dict[int, int], per_node: int,
-           exact: bool) -> Collapse:
-    """One refinement per part of the relations (all of them, or one channel's each)."""
+           exact: bool, limit: int | None = None) -> Collapse | None:
+    """One refinement per part of the relations (all of them, or one channel's each); a part that
+    repeats an earlier one but for its channel (the same tree over the same NICs) reuses its classes.
+    None once a part's nodes fall into more than `limit` classes."""
     order: dict = {}
     rows = []
+    refined: dict[tuple, tuple] = {}
     for part in parts:
-        colours = {link: link_colour[link] for rel in part for link in rel[5]}
-        colour, colours = _refine(part, start, colours, per_node)
+        same = tuple((node, local, role, peer, cables) for node, _, local, role, peer, cables in part)
+        if same not in refined:
+            colours = {link: link_colour[link] for rel in part for link in rel[5]}
+            refined[same] = _refine(part, start, colours, per_node, limit)
+        if refined[same] is None:
+            return None
+        colour, colours = refined[same]
         _order(part, colour, colours, per_node, order)
         first: dict[int, int] = {}
         rows.append(tuple(first.setdefault(c, n) for n, c in enumerate(colour)))
-    return Collapse(per_node, tuple(rows), order, exact=exact)
+    return Collapse(per_node, tuple(rows), order, exact=exact, kinds=_channel_kinds(rows, order))
+
+
+def _channel_kinds(rows: list[tuple], order: dict) -> tuple[int, ...]:
+    """Each channel's kind (Collapse.kinds): its representatives' row and its ranks' peer orders."""
+    channels = 1 + max((channel for _, channel in order), default=len(rows) - 1)
+    peers: list[list] = [[] for _ in range(channels)]
+    for (rank, channel), peer_order in sorted(order.items()):
+        peers[channel].append((rank, peer_order))
+    first: dict[tuple, int] = {}
+    return tuple(first.setdefault((rows[c % len(rows)], tuple(peers[c])), c) for c in range(channels))
