@@ -49,6 +49,7 @@ class _Roles:
         self.nvls = job.nvls_layout() if algorithm == "NVLSTree" else None
         self.n_channels = n_channels
         self._pos = [{r: i for i, r in enumerate(ring)} for ring in self.rings]
+        self._nvls_links: dict[tuple[int, int], tuple] = {}
 
     def of(self, rank: int, channel: int) -> dict[str, int]:
         if self.algorithm == "Ring":
@@ -62,7 +63,10 @@ class _Roles:
                 roles["up"] = up
             return roles
         if self.algorithm == "NVLSTree":
-            _, up, children = nvls_tree_links(self.nodes, self.per_node, self.nvls[1], rank, channel)
+            key = (rank, channel % 2)  # the channel picks one of the two trees (nvls_tree_links)
+            if key not in self._nvls_links:
+                self._nvls_links[key] = nvls_tree_links(self.nodes, self.per_node, self.nvls[1], rank, channel)
+            _, up, children = self._nvls_links[key]
             roles = {f"child{k}": c for k, c in enumerate(children)}
             if up >= 0:
                 roles["up"] = up
