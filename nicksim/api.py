@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from .constants import DEFAULT_VERSION, MODELLED_VERSIONS, parse_version
-from .errors import NickSimError, RanksFailed, UsageError
+from .errors import NickSimError, RanksFailed, UsageError, print_line
 from .formats.tables import Records
 from .params import Params, read_params
 
@@ -83,7 +83,7 @@ __all__ = [
     "DEFAULT_NCCL_VERSION", "COLLECTIVES",
     "ENGINES", "ENGINE_ALIASES", "des_parameters", "fit_parameters",
     # errors
-    "NickSimError", "UsageError", "RanksFailed",
+    "NickSimError", "UsageError", "RanksFailed", "print_line",
     # names and values as nccl-tests and NCCL spell them
     "collective_name", "dtype_name", "redop_name", "canonical_engine", "release_line",
     # jobs

@@ -545,7 +545,7 @@ def _hang_arguments(hang) -> None:
 
 def _warn(lines: Sequence[str]) -> None:
     for line in lines:
-        print(f"nicksim: {line}", file=sys.stderr)
+        api.print_line(f"nicksim: {line}")
 
 
 def _say(line: str) -> None:
@@ -946,10 +946,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except api.NickSimError as exc:
         if debug:
             _print_traceback()
-        print(f"nicksim: error: {exc.line()}", file=sys.stderr)
+        api.print_line(f"nicksim: error: {exc.line()}")
         return 2
     except KeyboardInterrupt:
-        print("nicksim: interrupted", file=sys.stderr)
+        api.print_line("nicksim: interrupted")
         return 130
     except BrokenPipeError:
         return 0
@@ -957,8 +957,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             _print_traceback()
         else:
-            print(f"nicksim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-                  file=sys.stderr)
+            api.print_line(f"nicksim: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
+                           "traceback)")
         return 70
 
 

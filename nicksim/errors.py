@@ -6,6 +6,8 @@ line prints that line and exits with status 2; library callers catch the class.
 """
 from __future__ import annotations
 
+import sys
+
 __all__ = [
     "NickSimError",
     "UsageError",
@@ -13,6 +15,7 @@ __all__ = [
     "UnknownNameError",
     "ParamError",
     "RanksFailed",
+    "print_line",
 ]
 
 
@@ -32,6 +35,15 @@ class NickSimError(Exception):
         if self.valid:
             text += f" (valid: {self.valid})"
         return _one_line(text)
+
+
+def print_line(text: str, stream=None) -> None:
+    """`text` and its newline in one write (stderr by default): processes that share a stream
+    never cut into each other's lines, even where it is unbuffered (PYTHONUNBUFFERED), in which
+    `print` writes the text and the newline apart."""
+    stream = sys.stderr if stream is None else stream
+    stream.write(text + "\n")
+    stream.flush()
 
 
 def _one_line(text: str) -> str:

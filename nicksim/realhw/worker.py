@@ -14,7 +14,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from ..errors import NickSimError, UsageError
+from ..errors import NickSimError, UsageError, print_line
 from ..job import JobSpec
 from ..params import read_params
 from .launch import rank_env, root_address
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         _run(argv[0])
         return 0
     except NickSimError as exc:
-        print(f"nicksim: error: {exc.line()}", file=sys.stderr)
+        print_line(f"nicksim: error: {exc.line()}")
         return 2
     except KeyboardInterrupt:
         return 130
