@@ -185,7 +185,7 @@ def scale_plot(series: dict[str, list[dict]], path: str) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("GPUs (DGX H100 nodes x 8)")
         ax.set_ylabel(unit)
-        low, high = ax.get_xlim()
+        high = ax.get_xlim()[1]
         first = min(min(r["gpus"] for r in rows) for rows in series.values())
         y0 = min(r["des_s" if ax is cost else "events"] for rows in series.values() for r in rows)
         ax.plot([first, high], [y0, y0 * high / first], ":", color="grey", label="slope 1 (linear in ranks)")
