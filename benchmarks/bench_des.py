@@ -15,7 +15,8 @@ Three parts, each against a peer measured in the same run:
   and 4 GB; all_gather, reduce_scatter and alltoall on 1024 under 60 s each. all_reduce runs with
   SHARP (NCCL's choice is NVLS across nodes; every node behaves alike and is simulated once) and
   without (NVLS Tree: the two trees together set every node apart, so up to 64 nodes every node is
-  simulated, and beyond that each channel's nodes are split on their own — `split` says which).
+  simulated, and beyond that each channel's nodes are split on their own — `split` says which);
+  `steps` is how many ring steps ran as one block (des.max_steps; 1: every step).
 `--plot FILE` draws the growth series (seconds and transfers) to a PNG, `--scale-plot FILE` the scale
 part's CPU seconds and events against ranks (log-log, beside a line of slope one). Run:
 
@@ -134,7 +135,8 @@ def one_large(nodes: int, sharp: bool, collective: str = "all_reduce") -> dict:
     return {"gpus": job.nranks, "sharp": sharp, "collective": collective, "algorithm": run.plan.algorithm,
             "protocol": run.plan.protocol, "des_us": run.time_us, "model_us": model_us, "load_s": loaded - start,
             "des_s": done - loaded, "events": run.n_events, "bare_s": bare_simpy_s(run.n_events),
-            "classes": run.n_node_classes, "split": "exact" if run.exact else "per-channel", "maxrss_mib": rss}
+            "classes": run.n_node_classes, "split": "exact" if run.exact else "per-channel", "maxrss_mib": rss,
+            "step_blocks": run.step_factor}
 
 
 def peak_rss_mib() -> float:
@@ -150,7 +152,7 @@ def scale(node_counts: list[int], collectives: list[str]) -> dict[str, list[dict
     print("# scale: one 1 GiB call, each in its own process; CPU seconds of the simulation (des s), of a bare")
     print("# SimPy loop of as many events in the same process (bare s), and their ratio")
     print(f"# {'coll':<14} {'GPUs':>5} {'SHARP':>5} {'algorithm':>15} {'des s':>7} {'events':>9} {'bare s':>7} "
-          f"{'x bare':>6} {'MiB':>6} {'classes':>7} {'split':>11}  des vs model time")
+          f"{'x bare':>6} {'MiB':>6} {'classes':>7} {'split':>11} {'steps':>5}  des vs model time")
     series: dict[str, list[dict]] = {}
     for collective in collectives:
         for sharp in (True, False) if collective == "all_reduce" else (False,):
@@ -161,7 +163,8 @@ def scale(node_counts: list[int], collectives: list[str]) -> dict[str, list[dict
                 algo = f"{r['algorithm']}/{r['protocol']}"
                 print(f"  {collective:<14} {r['gpus']:>5} {'yes' if sharp else 'no':>5} {algo:>15} {r['des_s']:>7.1f} "
                       f"{r['events']:>9} {r['bare_s']:>7.2f} {r['des_s'] / r['bare_s']:>6.0f} {r['maxrss_mib']:>6.0f} "
-                      f"{r['classes']:>7} {r['split']:>11}  {r['des_us']:.0f} vs {r['model_us']:.0f} us", flush=True)
+                      f"{r['classes']:>7} {r['split']:>11} {r['step_blocks']:>5}  {r['des_us']:.0f} vs "
+                      f"{r['model_us']:.0f} us", flush=True)
                 series.setdefault(f"{collective}{', SHARP' if sharp else ''}", []).append(r)
     return series
 

@@ -17,7 +17,10 @@ one proxy thread, and taken by the receiver's before the receiving GPU sees it (
 Point-to-point calls run plan_p2p.py's programs the same way.
 
 Large calls are simulated in coarser chunks (at most `max_chunks` per channel, the chunk grown by
-a whole factor): the bottleneck and the overlap stay, the event count stays bounded. Channels that
+a whole factor): the bottleneck and the overlap stay, the event count stays bounded. A ring longer
+than `max_steps` steps per loop runs them in blocks (coarse_steps): a block moves its steps' bytes,
+pays each step's latency, posts and takes one after the other as a chain of steps would; close to,
+not exactly, every step: the chain's ends differ (docs/des.md). Channels that
 move in lockstep are simulated once, and so are nodes that behave alike (symmetry.py); both are
 exact, and `merge=False` / `collapse=False` turn them off. When a run ends with streams still
 waiting, or at the watchdog limit, the result carries a HangReport naming each blocked stream, the
@@ -61,7 +64,7 @@ from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "Stall", "NetError", "HangReport", "des_setup", "simulate",
-           "simulate_sequences", "coarse_plan", "default_params", "WATCHDOG_US"]
+           "simulate_sequences", "coarse_plan", "coarse_steps", "default_params", "WATCHDOG_US"]
 
 WATCHDOG_US = 600e6  # PyTorch's default process-group timeout, 600 s
 
@@ -70,7 +73,7 @@ _GRAPH_OF = {"Ring": "ring", "Tree": "tree", "NVLS": "nvls", "NVLSTree": "nvls",
 _REDUCING_NVLS = ("nvlsReduceMulticast", "nvlsReduceSend")
 _LINE_NBYTES = {"LL": 16, "LL128": 128}  # a line: data and flag arrive together
 # A primitive but its offset (what channels in lockstep share), and what its route depends on.
-_PRIM_SHAPE = attrgetter("op", "nelem", "recv_from", "send_to", "conn", "pat")
+_PRIM_SHAPE = attrgetter("op", "nelem", "recv_from", "send_to", "conn", "pat", "steps")
 _PRIM_KIND = attrgetter("op", "recv_from", "send_to")
 
 
@@ -240,6 +243,7 @@ class _Shape:
     op: str
     recv_from: tuple[int, ...]
     send_to: tuple[int, ...]
+    steps: int = 1
 
 
 def _telling(blocked: Blocked) -> int:
@@ -269,6 +273,7 @@ class DesRun:
     n_node_classes: int = 0  # nodes simulated (after collapsing nodes that behave alike)
     exact: bool = True       # False where each channel's nodes were collapsed on their own (symmetry.py)
     n_events: int = 0        # events the SimPy loop scheduled (what a bare loop of as many would cost)
+    step_factor: int = 1     # ring steps run as one (coarse_steps); 1 where every step ran
 
 
 def default_params(job) -> DesParams:
@@ -279,6 +284,70 @@ def default_params(job) -> DesParams:
     net_latency_us = max((g.latency_inter for g in job.graphs.values()), default=0.0)
     return des_params(tables, sm, net_overhead_us(job.comm.inputs, job.params),
                       ll_max_bw_gbps(tables, job.comm.inputs), float(net_latency_us))
+
+
+def coarse_steps(programs: dict[int, tuple], max_steps: int) -> tuple[dict[int, tuple], int]:
+    """`programs` with every run of consecutive primitives that differ only in their offset (a
+    ring's n-2 steps of one loop) cut into blocks of one whole number k of them, each block one
+    primitive over k steps' elements that stands for k steps (Prim.steps), k the least so that no
+    run keeps more than `max_steps` blocks; and k (1, programs unchanged, when no run is longer).
+    Every rank's runs are cut alike, so a connection's blocks still pair sender and receiver."""
+    k = _step_factor(programs, max_steps)
+    return (programs, 1) if k == 1 else (_cut(programs, k), k)
+
+
+def _step_factor(programs: dict[int, tuple], max_steps: int) -> int:
+    runs = [length for progs in programs.values() for prog in progs for stream in prog.streams
+            for length in _run_lengths(stream.prims)]
+    return max(1, -(-max(runs, default=0) // max(1, max_steps)))
+
+
+def _cut(programs: dict[int, tuple], k: int) -> dict[int, tuple]:
+    return {rank: tuple(replace(prog, streams=tuple(replace(stream, prims=_blocks(stream.prims, k))
+                                                    for stream in prog.streams))
+                        for prog in progs)
+            for rank, progs in programs.items()}
+
+
+def _blocked_programs(job, plan: Plan, ranks, keep, max_steps: int) -> tuple[dict[int, tuple], int]:
+    """coarse_steps over the programs of `ranks` (those `keep` leaves of each), built and cut one
+    rank at a time: a ring of 8192 ranks runs 8190 steps a loop on each of 32 channels, and every
+    rank's primitives built at once before cutting them would take gigabytes."""
+    k = 1
+    while True:
+        programs = {}
+        for rank in ranks:
+            progs = {rank: keep(rank, job_programs(job, plan, [rank])[rank])}
+            need = _step_factor(progs, max_steps)
+            if need > k:  # a longer run than the ranks before had: cut them all anew
+                break
+            programs.update(_cut(progs, k) if k > 1 else progs)
+        else:
+            return programs, k
+        k = need
+
+
+def _run_lengths(prims) -> list[int]:
+    lengths, last = [], None
+    for prim in prims:
+        shape = _PRIM_SHAPE(prim)
+        if shape == last:
+            lengths[-1] += 1
+        else:
+            lengths.append(1)
+            last = shape
+    return lengths
+
+
+def _blocks(prims, k: int) -> tuple:
+    out, index = [], 0
+    for length in _run_lengths(prims):
+        for start in range(index, index + length, k):
+            n = min(k, index + length - start)
+            first = prims[start]
+            out.append(first if n == 1 else first._replace(nelem=first.nelem * n, steps=n))
+        index += length
+    return tuple(out)
 
 
 def coarse_plan(plan: Plan, max_chunks: int) -> tuple[Plan, int]:
@@ -380,6 +449,7 @@ class _Sim:
         self.nvs_links = self.router.nvs_links()  # where multimem traffic pays nvls_efficiency
         self.conn_base = self.router.net_conn(0, 0, 0)  # network connection links come last
         self._conns: dict[tuple, tuple[int, ...]] = {}
+        self._path_lats: dict[tuple, float] = {}
         self.channel_end: dict[int, float] = {}
         self.spans: list = [] if setup.trace else None
         self.late = dict(setup.stragglers)
@@ -578,6 +648,7 @@ class _Sim:
              lat) = self._prim_setup(c, prim, rank, channel, node, local, protocol)
             nbytes = prim.nelem * elem / c.slices
             wire = wire_nbytes(protocol, nbytes)
+            steps = prim.steps
             cid = (c.comm, prim.conn)  # each communicator has connections of its own
             for s in range(c.slices):
                 state[2] = s
@@ -603,22 +674,23 @@ class _Sim:
                         yield self._wait(("slot", channel, rank, dst, cid))
                 if posts:
                     state[3] = "its proxy thread"
-                    yield from self._post(posts, channel)
+                    yield from self._post(posts, channel, steps)
                 if by_message and outs:
                     sent_msgs = next((conn.msgs for dst, conn in zip(peers_out, outs) if dst in net_out), 0)
                     route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, targets,
                                                                sent_msgs)
-                first = line if line is not None else wire * c.head_share
+                first = line if line is not None else wire * c.head_share / steps
                 start = self.env.now
-                moved, steps = self._with_step_costs(c, route, wire, protocol)
+                moved, step_costs = self._with_step_costs(c, route, wire, protocol, steps)
                 tag = (rank, tuple(peers_out), channel, c.router)
-                head, done, sent = self.net.transfer2(moved, wire, lat, min(wire, first), tag, self.weight[channel],
-                                                      route_lat, costly + steps + shares)
+                head, done, sent = self.net.transfer2(moved, wire, self._block_lat(lat, steps, route, route_lat),
+                                                      min(wire, first), tag, self.weight[channel], route_lat,
+                                                      costly + step_costs + shares)
                 if self.dead:
                     self._watch(tag, moved)
                 for dst, conn in zip(peers_out, outs):
-                    conn.post(*(self._received(dst, channel, head, done) if dst in net_out else (head, done)))
-                    conn.msgs += c.factor
+                    conn.post(*(self._received(dst, channel, head, done, steps) if dst in net_out else (head, done)))
+                    conn.msgs += c.factor * steps
                     self._notify(("data", channel, rank, dst, cid))
                 self._switch_outputs(c, prim, channel, node, key, head, done)
                 state[3] = "its transfer"
@@ -664,6 +736,21 @@ class _Sim:
                                                   peers_in, peers_out, costly, lat)
         return got
 
+    def _block_lat(self, lat: float, steps: int, route: tuple[int, ...], route_lat: float | None) -> float:
+        """A slice's step latency; for a block of `steps` ring steps, every step's hop (its step
+        latency and the route's) but the one the network adds, as the steps would pay one after
+        the other, each forwarding what the one before brought in."""
+        if steps == 1:
+            return lat
+        path = route_lat if route_lat is not None else self._path_lat(route)
+        return steps * lat + (steps - 1) * path
+
+    def _path_lat(self, route: tuple[int, ...]) -> float:
+        got = self._path_lats.get(route)
+        if got is None:
+            got = self._path_lats[route] = sum(self.net.latency[x] for x in route)
+        return got
+
     def _pat_stream(self, c: _CallRun, rank: int, channel: int, stream, state: list, protocol: str):
         """PAT (plan_pat.py): the steps of one round run together between two barriers; a step reads
         the connection step its offset names once the sender has posted it, writes into a step the
@@ -705,12 +792,12 @@ class _Sim:
                     self._notify(("pat", pchan, prim.recv_from[0], rank))
             index += len(batch)
 
-    def _with_step_costs(self, c: _CallRun, route: tuple[int, ...], wire: float, protocol: str
+    def _with_step_costs(self, c: _CallRun, route: tuple[int, ...], wire: float, protocol: str, steps: int = 1
                          ) -> tuple[tuple[int, ...], tuple[tuple[int, float], ...]]:
         """The slice's route and what its bytes count as on the network connections it crosses: a
-        Simple slice carries its real steps (a coarse slice stands for `factor`) at net_step_us
-        each, whatever their size, on each connection's 1 GB/s link; LL and LL128 flag their lines
-        (no flush, no step round trip to wait for) and leave the connections out."""
+        Simple slice carries its real steps (a coarse slice stands for `factor` x its primitive's
+        `steps`) at net_step_us each, whatever their size, on each connection's 1 GB/s link; LL and
+        LL128 flag their lines (no flush, no step round trip to wait for) and leave the connections out."""
         cached = self._conns.get(route)
         if cached is None:
             conns = tuple(sorted({x for x in route if x >= self.conn_base}))
@@ -720,37 +807,38 @@ class _Sim:
             return route, ()
         if protocol != "Simple" or wire <= 0:
             return bare, ()
-        cost = self.params.net_step_us * 1e3 * c.factor / wire
+        cost = self.params.net_step_us * 1e3 * c.factor * steps / wire
         return route, tuple((x, cost) for x in conns)
 
-    def _received(self, dst: int, channel: int, head: simpy.Event, done: simpy.Event
+    def _received(self, dst: int, channel: int, head: simpy.Event, done: simpy.Event, steps: int = 1
                   ) -> tuple[simpy.Event, simpy.Event]:
         """A network slice as its receiver sees it: its first step in once the receiver's proxy
         thread has taken it (a post of its own, as the sender's: test the receive, hand the step
-        to the GPU), all of it once both that and the bytes are in."""
+        to the GPU; a block of ring steps waits for all its `steps` to be taken, as a chain of
+        steps would), all of it once both that and the bytes are in."""
         if self.params.net_overhead_us <= 0:
             return head, done
         seen = self.env.event()
         proxies = self._proxies(dst, channel)
         if head.callbacks is None:
-            self._book(proxies, channel, seen)
+            self._book(proxies, channel, seen, steps)
         else:
-            head.callbacks.append(lambda _: self._book(proxies, channel, seen))
+            head.callbacks.append(lambda _: self._book(proxies, channel, seen, steps))
         return seen, self.env.all_of([done, seen])
 
-    def _post(self, proxies: tuple[int, ...], channel: int):
-        """The rank's proxy thread posts a network step, sharing its time with every channel's
-        posts and takes (proxy.py)."""
+    def _post(self, proxies: tuple[int, ...], channel: int, steps: int = 1):
+        """The rank's proxy thread posts `steps` network steps, sharing its time with every
+        channel's posts and takes (proxy.py)."""
         if self.params.net_overhead_us > 0:
             posted = self.env.event()
-            self._book(proxies, channel, posted)
+            self._book(proxies, channel, posted, steps)
             yield posted
 
-    def _book(self, proxies: tuple[int, ...], channel: int, done: simpy.Event) -> None:
-        """One network step (for each channel of the lockstep group) on the proxy threads listed,
-        `done` fired when the first of them is through with it. The other threads get the same
+    def _book(self, proxies: tuple[int, ...], channel: int, done: simpy.Event, steps: int = 1) -> None:
+        """`steps` network steps (for each channel of the lockstep group) on the proxy threads listed,
+        `done` fired when the first of them is through with them. The other threads get the same
         work without holding the step up, so that they are as busy as their own ranks' would be."""
-        cost_us, weight = self.params.net_overhead_us, self.weight[channel]
+        cost_us, weight = self.params.net_overhead_us * steps, self.weight[channel]
         for shadow in proxies[1:]:
             self.proxy.post(shadow, cost_us, weight)
         self.proxy.post(proxies[0], cost_us, weight, done)
@@ -850,8 +938,9 @@ class _Sim:
         # counted over that window's QPs: a connection's first message takes one route, later ones more.
         first, n_msgs = 0, 1
         if self.ib.round_robin:
-            first = max(0, sent_msgs - c.factor * (c.credits - 1))
-            first, n_msgs = first % self.ib.qps, sent_msgs + c.factor - first
+            per_slice = c.factor * prim.steps
+            first = max(0, sent_msgs - per_slice * (c.credits - 1))
+            first, n_msgs = first % self.ib.qps, sent_msgs + per_slice - first
         key = (c.plan.algorithm, c.plan.protocol, rank, channel, prim.op, prim.recv_from, prim.send_to, first,
                n_msgs)
         cached = self.routes.get(key)
@@ -1066,14 +1155,30 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
         sim.collapse = _collapse(sim, run_plan) if collapse else None
         ranks = None if sim.collapse is None else sim.collapse.rep_ranks(job.nranks)
         sim.simulated = frozenset(ranks or ())
-        programs = job_programs(job, run_plan, ranks)
-        if sim.collapse is not None:  # each channel run by its representatives only
-            programs = {r: tuple(p for p in progs if sim.collapse.is_rep(r, p.channel))
-                        for r, progs in programs.items()}
+        keep = _all_channels if sim.collapse is None else sim.collapse.channels_run_by
+        if _steps_may_merge(setup, run_plan):
+            programs, steps = _blocked_programs(job, run_plan, ranks or range(job.nranks), keep,
+                                                setup.params.max_steps)
+        else:
+            programs, steps = {r: keep(r, progs) for r, progs in job_programs(job, run_plan, ranks).items()}, 1
+    else:
+        steps = 1
     with _collections_batched():
         sim.run(c, programs, merge)
-    return _outcome(sim, plan, factor, sim.collapse.n_classes if sim.collapse else job.nodes,
-                    sim.collapse is None or sim.collapse.exact)
+    return replace(_outcome(sim, plan, factor, sim.collapse.n_classes if sim.collapse else job.nodes,
+                            sim.collapse is None or sim.collapse.exact), step_factor=steps)
+
+
+def _all_channels(rank: int, progs: tuple) -> tuple:
+    return progs
+
+
+def _steps_may_merge(setup: DesSetup, plan: Plan) -> bool:
+    """Whether a long ring may run in blocks of steps: not where a fault or a trace asks what each
+    step did (a hang names the step it stopped in), and only for the collectives whose ring loops
+    are runs of like steps (a ring broadcast's runs are chunks, which coarse_plan already bounds)."""
+    return (setup.params.max_steps > 0 and not setup.faults and not setup.trace and plan.algorithm == "Ring"
+            and plan.call.collective in ("all_reduce", "all_gather", "reduce_scatter"))
 
 
 def simulate_sequences(setup: DesSetup, calls: Mapping[int, Sequence[Call]],

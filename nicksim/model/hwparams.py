@@ -79,6 +79,9 @@ class DesParams:
     step_lat_scale: float = 1.0
     launch_scale: float = 1.0
     max_chunks: int = 64
+    # A ring longer than this many steps per loop runs them in blocks of k (engine.coarse_steps):
+    # close, not exact (docs/des.md); 0 runs every step.
+    max_steps: int = 128
     # Beyond this many node classes each channel is split on its own (symmetry.py): close, not
     # exact. The exact split's cost grows about as the square of the nodes: NVLS Tree all_reduce on
     # 128 DGX H100 takes 24 s exact and 10 s split (24 classes), 0.4% under exact at 1 GiB, 1.5% at
@@ -123,6 +126,7 @@ PARAM_NAMES = {
     "step_lat.scale": "step_lat_scale",
     "launch.scale": "launch_scale",
     "des.max_chunks": "max_chunks",
+    "des.max_steps": "max_steps",
     "des.exact_nodes": "exact_nodes",
     "des.hold": "hold",
     "proxy.overhead_us": "net_overhead_us",
@@ -137,7 +141,7 @@ LINK_KINDS = {"nvlink.bw_gbps": "NVL", "pcie.bw_gbps": "PCI", "c2c.bw_gbps": "C2
               "net.bw_gbps": "NET", "cable.bw_gbps": "CABLE"}
 
 
-_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us", "hold")
+_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us", "hold", "max_steps")
 SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)  # every name `--set` and `[sweep.set]` take
 
 
@@ -167,5 +171,5 @@ def with_overrides(params: DesParams, values: dict[str, float]) -> DesParams:
             links[LINK_KINDS[name]] = float(value)
             continue
         field = PARAM_NAMES[name]
-        changes[field] = int(value) if field in ("max_chunks", "exact_nodes") else float(value)
+        changes[field] = int(value) if field in ("max_chunks", "exact_nodes", "max_steps") else float(value)
     return replace(params, **changes, link_bw_gbps=tuple(sorted(links.items())))

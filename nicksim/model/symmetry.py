@@ -111,6 +111,10 @@ class Collapse:
         node, local = divmod(rank, self.per_node)
         return tuple(n * self.per_node + local for n, rep in enumerate(self._reps(channel)) if rep == node)
 
+    def channels_run_by(self, rank: int, programs: tuple) -> tuple:
+        """Of `rank`'s channel programs, those it runs as its channel's representative."""
+        return tuple(p for p in programs if self.is_rep(rank, p.channel))
+
     def rep_ranks(self, nranks: int) -> list[int]:
         """The ranks that stand for others (or themselves) on at least one channel."""
         reps = {n for row in self.rep_node for n in row}

@@ -31,7 +31,7 @@ def call_plan(job, call: Call) -> Plan:
 def job_programs(job, plan: Plan, ranks: Iterable[int] | None = None, chunks_per_prim: int = 1
                  ) -> dict[int, tuple[ChannelProgram, ...]]:
     """rank -> its programs for `plan` (every rank of the job, or `ranks`). A point-to-point plan's
-    primitives may each cover `chunks_per_prim` consecutive chunks (the DES's coarse steps)."""
+    primitives may each cover `chunks_per_prim` consecutive chunks (the DES's coarse chunks)."""
     ranks = range(job.nranks) if ranks is None else ranks
     if plan.algorithm == "P2P":
         setup = p2p_setup(job)

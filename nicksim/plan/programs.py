@@ -35,6 +35,8 @@ class Prim(NamedTuple):
     -3 the CollNet switch) over connection `conn` of each peer.
     nelem may be 0: NCCL still runs the step (it carries no data but keeps the FIFOs in step).
     PAT primitives (patReduce, patCopy) also carry their step-buffer coordinates in `pat`.
+    `steps` is how many of NCCL's consecutive ring steps it stands for: 1 as NCCL runs them; the
+    DES merges long runs of ring steps (engine.coarse_steps).
     Immutable like the other stages' records, but a named tuple: a large call's programs hold
     hundreds of thousands of them, and a tuple is made in less than half a frozen dataclass's time."""
 
@@ -45,6 +47,7 @@ class Prim(NamedTuple):
     send_to: tuple[int, ...] = ()
     pat: PatSlots | None = None
     conn: int = 0  # connIndex: CollNet Direct scatters and reduces on connection 1, gathers and broadcasts on 0
+    steps: int = 1
 
 
 @dataclass(frozen=True)

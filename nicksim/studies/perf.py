@@ -458,6 +458,10 @@ def run_perf(job: Job, engine: Engine | str, options: PerfOptions, emit: Callabl
         emit(f"{NICKSIM}: des: on {len(apart)} size(s) each channel's nodes were collapsed on their own (docs/des.md: "
              "close to, not exactly, the full simulation); --set des.exact_nodes=N simulates up to N node classes "
              "exactly")
+    blocks = sorted({r.detail.step_factor for r in results if getattr(r.detail, "step_factor", 1) > 1})
+    if blocks:
+        emit(f"{NICKSIM}: des: long rings ran their steps in blocks of {', '.join(map(str, blocks))} (docs/des.md: "
+             "close to, not exactly, every step); --set des.max_steps=0 runs every step")
     if hang is not None:
         for line in hang.lines():
             emit(f"{NICKSIM}: {line}")
