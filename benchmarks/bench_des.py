@@ -170,8 +170,8 @@ def scale(node_counts: list[int], collectives: list[str]) -> dict[str, list[dict
 
 
 def scale_plot(series: dict[str, list[dict]], path: str) -> None:
-    """CPU seconds and events against ranks, log-log; hollow markers where each channel was split
-    on its own (not every node simulated exactly)."""
+    """CPU seconds and events against ranks, log-log; circled where each channel was split on its
+    own (not every node simulated exactly), squared where a ring ran its steps in blocks."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -181,6 +181,9 @@ def scale_plot(series: dict[str, list[dict]], path: str) -> None:
         line, = cost.plot(xs, [r["des_s"] for r in rows], "o-", label=f"{name}: {rows[-1]['algorithm']}")
         split = [r for r in rows if r["split"] != "exact"]
         cost.plot([r["gpus"] for r in split], [r["des_s"] for r in split], "o", markersize=10,
+                  markerfacecolor="none", color=line.get_color())
+        blocks = [r for r in rows if r.get("step_blocks", 1) > 1]
+        cost.plot([r["gpus"] for r in blocks], [r["des_s"] for r in blocks], "s", markersize=10,
                   markerfacecolor="none", color=line.get_color())
         events.plot(xs, [r["events"] for r in rows], "o-", color=line.get_color(), label=name)
     for ax, unit in ((cost, "CPU seconds (simulation)"), (events, "SimPy events")):
@@ -193,7 +196,7 @@ def scale_plot(series: dict[str, list[dict]], path: str) -> None:
         y0 = min(r["des_s" if ax is cost else "events"] for rows in series.values() for r in rows)
         ax.plot([first, high], [y0, y0 * high / first], ":", color="grey", label="slope 1 (linear in ranks)")
         ax.legend(fontsize=7)
-    cost.set_title("1 GiB call; circled: each channel split on its own", fontsize=9)
+    cost.set_title("1 GiB call; circled: each channel split on its own; squared: ring steps in blocks", fontsize=9)
     events.set_title("events the loop scheduled", fontsize=9)
     fig.suptitle("nicksim DES: cost against ranks (2-core machine)")
     fig.tight_layout()

@@ -10,7 +10,10 @@ from nicksim.engines import model_result
 from nicksim.job import JobSpec, load_job
 from nicksim.errors import UsageError
 from nicksim.model.engine import coarse_plan, coarse_steps, des_setup, simulate, simulate_sequences
+from nicksim.model.fabric import build_fabric
 from nicksim.model.hwparams import with_overrides
+from nicksim.model.mirrors import Asymmetric, Mirrors
+from nicksim.model.symmetry import Collapse
 from nicksim.model.routes import Router
 from nicksim.params import read_params
 from nicksim.tuning.choose import forced_choice
@@ -440,6 +443,52 @@ def test_nodes_collapsed_by_symmetry_give_the_full_detail_answer(collective, nod
         assert collapsed.channel_end_us == pytest.approx(full.channel_end_us, rel=0.01)
         total = lambda run: sum(run.link_nbytes.values())  # noqa: E731
         assert total(collapsed) == pytest.approx(total(full), rel=1e-6)
+
+
+MIRROR_CASES = [
+    (8, {}, {}, ["17:40us"], {"des.exact_nodes": 2}),                 # NVLS Tree split per channel, a straggler
+    (8, {"NCCL_ALGO": "Ring"}, {"fabric": "roce", "hosts_per_leaf": 2}, [], {}),  # queue pairs over spines
+    (8, {"NCCL_ALGO": "Tree"}, {}, [], {"des.exact_nodes": 2}),
+    (8, {"NCCL_ALGO": "Ring"}, {"hosts_per_leaf": 4}, [], {}),        # a ring across leaves
+    (4, {"NCCL_COLLNET_ENABLE": "1"}, {"sharp": True}, [], {}),
+]
+
+
+@pytest.mark.parametrize("nodes, env, spec, late, sets", MIRROR_CASES)
+def test_twins_links_left_out_of_the_division_change_nothing(nodes, env, spec, late, sets):
+    # Twins (nodes with the same representative on every channel) have links every transfer crosses
+    # alike: leaving the copies out of max-min gives the same rates, to the last digit, and each copy
+    # reports its first twin's bytes and busy time, which are its own.
+    job = job_of(nodes=nodes, env=env, **spec)
+    setup = des_setup(job, with_overrides(des_setup(job).params, sets), stragglers=late)
+    for nbytes in (1 * MiB, 64 * MiB):
+        call = call_for_size("all_reduce", nbytes, "float", "sum", 0, job.nranks)
+        kept, divided = simulate(setup, call), simulate(setup, call, mirror=False)
+        assert divided.n_node_classes < nodes
+        assert kept.time_us == divided.time_us, nbytes
+        assert kept.link_nbytes.keys() == divided.link_nbytes.keys()
+        for link, moved in divided.link_nbytes.items():
+            assert kept.link_nbytes[link] == pytest.approx(moved, rel=1e-9), link
+            assert kept.link_busy_us[link] == pytest.approx(divided.link_busy_us[link], rel=1e-9, abs=1e-9), link
+
+
+def test_a_route_crossing_twins_links_unalike_is_refused():
+    # Four nodes, 0 and 1 twins, 2 and 3 twins: a route keeps node 0's copy for node 1's where it crosses
+    # both alike, and is refused where it crosses one only or one more often (the engine then divides
+    # every link: simulate's fallback).
+    job = job_of(nodes=4)
+    fabric = build_fabric(job.cluster)
+    router = Router(job, fabric, "ring", 2)
+    capacity = [link.bw_gbps for link in fabric.links] + [1.0] * (router.n_links - len(fabric.links))
+    mirrors = Mirrors(fabric, router, Collapse(8, ((0, 0, 2, 2),), {}), capacity)
+    port0, port1 = 5, 5 + fabric.per_node
+    cta0, cta1 = router.cta(3, 1), router.cta(11, 1)
+    spine = len(fabric.links) - 1  # no node's
+    kept, short, copies = mirrors.reduce([port0, port1, cta0, cta1, spine], {})
+    assert kept == [port0, cta0, spine] and copies == {port1: port0, cta1: cta0} and short == {}
+    for unalike in ([port0, cta0, cta1], [port0, port1, port1, cta0, cta1]):
+        with pytest.raises(Asymmetric):
+            mirrors.reduce(unalike, {})
 
 
 def test_symmetric_nodes_collapse_and_broken_symmetry_does_not():

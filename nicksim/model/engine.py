@@ -61,6 +61,7 @@ from .ib import ERROR_LINK_KINDS, ib_transport
 from .network import FluidNetwork
 from .proxy import ProxyThreads
 from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
+from .mirrors import Asymmetric, Mirrors
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "Stall", "NetError", "HangReport", "des_setup", "simulate",
@@ -456,6 +457,7 @@ class _Sim:
         self.weight: dict[int, int] = {}
         self.groups: dict[int, list[int]] = {}
         self.collapse: Collapse | None = None  # set before run() where nodes behave alike
+        self.mirrors: Mirrors | None = None    # with a collapse: twins' links left out of the division
         self.simulated: frozenset[int] = frozenset()  # with a collapse: the ranks that run a channel
         self.routes: dict[tuple, tuple] = {}
         self._fabric_routes: dict[tuple, tuple[int, ...]] = {}
@@ -958,6 +960,9 @@ class _Sim:
                     links += more
                     for x, d in less.items():
                         short[x] = short.get(x, 0.0) + d
+                if self.mirrors is not None:  # twins' copies of links carry what the first twin's do
+                    links, short, copies = self.mirrors.reduce(links, short)
+                    self.net.mirror(copies)
             uses = Counter(links)
             shares = tuple(sorted((x, (uses[x] - d) / uses[x]) for x, d in short.items()))
             # The members' routes run side by side: the latency is one route's, not their sum.
@@ -1143,16 +1148,29 @@ def _channels_of(plan: Plan, programs: dict[int, tuple] | None) -> int:
 
 
 def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool = True,
-             collapse: bool = True) -> DesRun:
+             collapse: bool = True, mirror: bool = True) -> DesRun:
     """Run `call` through the DES as `setup` says (NCCL's own plan unless `plan` is given).
     `merge=False` simulates every channel even where several move in lockstep, `collapse=False`
-    every node even where several behave alike (symmetry.py)."""
+    every node even where several behave alike (symmetry.py), `mirror=False` divides every link
+    even where twins' copies carry the same (mirrors.py)."""
+    if mirror:
+        try:
+            return _simulate(setup, call, plan, merge, collapse, mirror=True)
+        except Asymmetric:  # twins' links not crossed alike after all: every link divided
+            pass
+    return _simulate(setup, call, plan, merge, collapse, mirror=False)
+
+
+def _simulate(setup: DesSetup, call: Call, plan: Plan | None, merge: bool, collapse: bool, mirror: bool) -> DesRun:
     job = setup.job
     plan, run_plan, factor, programs = _call_plan(job, call, setup.params.max_chunks, plan)
     sim = _Sim(setup, _channels_of(run_plan, programs), run_plan.algorithm)
     c = _CallRun(sim, 0, run_plan, factor)
     if programs is None:
         sim.collapse = _collapse(sim, run_plan) if collapse else None
+        if sim.collapse is not None and mirror and not setup.faults and not setup.trace:
+            mirrors = Mirrors(sim.fabric, sim.router, sim.collapse, sim.net.capacity)
+            sim.mirrors = mirrors if mirrors.any else None
         ranks = None if sim.collapse is None else sim.collapse.rep_ranks(job.nranks)
         sim.simulated = frozenset(ranks or ())
         keep = _all_channels if sim.collapse is None else sim.collapse.channels_run_by

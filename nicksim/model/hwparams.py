@@ -84,7 +84,7 @@ class DesParams:
     max_steps: int = 128
     # Beyond this many node classes each channel is split on its own (symmetry.py): close, not
     # exact. The exact split's cost grows about as the square of the nodes: NVLS Tree all_reduce on
-    # 128 DGX H100 takes 24 s exact and 10 s split (24 classes), 0.4% under exact at 1 GiB, 1.5% at
+    # 128 DGX H100 takes 24 s exact and 6 s split (24 classes), 0.4% under exact at 1 GiB, 1.5% at
     # 256 MiB, 6% at 64 MiB (docs/des.md); 64 nodes and fewer stay exact.
     exact_nodes: int = 64
     # An arrived transfer keeps its links' share for at most this fraction of its duration, or until

@@ -165,6 +165,7 @@ class FluidNetwork:
         self._hold_wake = 0
         self.n_divisions = 0
         self.n_transfers = 0
+        self._mirrors: dict[int, int] = {}  # a link no route lists -> the link whose load it has
 
     @property
     def bytes_on(self) -> list[float]:
@@ -174,6 +175,7 @@ class FluidNetwork:
             nbytes = self._shape_nbytes[shape[4]]
             if nbytes:
                 total[shape[2]] += shape[3] * nbytes  # a shape's links are distinct
+        self._copy_mirrors(total)
         return total.tolist()
 
     @property
@@ -181,7 +183,18 @@ class FluidNetwork:
         """How long each link has carried something, up to now (us)."""
         busy = self._busy_us.copy()
         busy[self._busy] += self.env.now - self._busy_since
+        self._copy_mirrors(busy)
         return busy
+
+    def mirror(self, copies: dict[int, int]) -> None:
+        """Links that no route lists, each carrying at every moment what the link it maps to carries
+        (a collapsed node's twin's copy, mirrors.py): its bytes and busy time are that link's."""
+        self._mirrors.update(copies)
+
+    def _copy_mirrors(self, per_link: np.ndarray) -> None:
+        if self._mirrors:
+            copies = np.fromiter(self._mirrors.keys(), dtype=np.int64, count=len(self._mirrors))
+            per_link[copies] = per_link[np.fromiter(self._mirrors.values(), dtype=np.int64, count=len(copies))]
 
     def transfer(self, route: Sequence[int], nbytes: float, lat_us: float = 0.0) -> simpy.Event:
         """An event fired when `nbytes` sent along `route` (link ids) have all arrived."""
