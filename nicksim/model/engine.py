@@ -451,6 +451,7 @@ class _Sim:
         self.conn_base = self.router.net_conn(0, 0, 0)  # network connection links come last
         self._conns: dict[tuple, tuple[int, ...]] = {}
         self._path_lats: dict[tuple, float] = {}
+        self._proxy_threads: dict[tuple[int, int], tuple[int, ...]] = {}
         self.channel_end: dict[int, float] = {}
         self.spans: list = [] if setup.trace else None
         self.late = dict(setup.stragglers)
@@ -867,11 +868,15 @@ class _Sim:
     def _proxies(self, rank: int, channel: int) -> tuple[int, ...]:
         """The proxy threads a network step of `rank` occupies: its own first, then those of the
         ranks it stands for that run other channels themselves (the per-channel split); ranks
-        simulated nowhere need no thread."""
+        simulated nowhere need no thread. Worked out once per rank and channel: a receiver asks at
+        every network slice, and a split's members are found by a pass over every node."""
         if self.collapse is None:
             return (rank,)
-        others = [m for m in self.collapse.members(rank, channel) if m != rank and m in self.simulated]
-        return (rank, *others)
+        got = self._proxy_threads.get((rank, channel))
+        if got is None:
+            others = [m for m in self.collapse.members(rank, channel) if m != rank and m in self.simulated]
+            got = self._proxy_threads[(rank, channel)] = (rank, *others)
+        return got
 
     def _stand_ins(self, peers, channel: int) -> list[int]:
         ranks = [p for p in peers if p >= 0]
