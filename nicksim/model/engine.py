@@ -58,10 +58,10 @@ from .fabric import Fabric, build_fabric
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
 from .ib import ERROR_LINK_KINDS, ib_transport
+from .mirrors import Asymmetric, Mirrors
 from .network import FluidNetwork
 from .proxy import ProxyThreads
 from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
-from .mirrors import Asymmetric, Mirrors
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "Stall", "NetError", "HangReport", "des_setup", "simulate",
