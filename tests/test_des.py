@@ -482,13 +482,31 @@ def test_a_route_crossing_twins_links_unalike_is_refused():
     capacity = [link.bw_gbps for link in fabric.links] + [1.0] * (router.n_links - len(fabric.links))
     mirrors = Mirrors(fabric, router, Collapse(8, ((0, 0, 2, 2),), {}), capacity)
     port0, port1 = 5, 5 + fabric.per_node
-    cta0, cta1 = router.cta(3, 1), router.cta(11, 1)
+    cta0, cta1 = router.cta(3, 1), router.cta(11, 1)  # local rank 3 of nodes 0 and 1
+    ll0, ll1 = router.ll(3), router.ll(11)
+    conn0, conn1 = router.net_conn(3, 1, 1), router.net_conn(11, 1, 1)
     spine = len(fabric.links) - 1  # no node's
-    kept, short, copies = mirrors.reduce([port0, port1, cta0, cta1, spine], {})
-    assert kept == [port0, cta0, spine] and copies == {port1: port0, cta1: cta0} and short == {}
-    for unalike in ([port0, cta0, cta1], [port0, port1, port1, cta0, cta1]):
+    kept, short, copies = mirrors.reduce([port0, port1, cta0, cta1, ll0, ll1, conn0, conn1, spine], {})
+    assert kept == [port0, cta0, ll0, conn0, spine] and short == {}
+    assert copies == {port1: port0, cta1: cta0, ll1: ll0, conn1: conn0}
+    for unalike in ([port0, cta0, cta1], [port0, port1, port1, cta0, cta1], [cta0, router.cta(12, 1)]):
         with pytest.raises(Asymmetric):
             mirrors.reduce(unalike, {})
+
+
+def test_a_run_whose_twins_turn_out_unalike_divides_every_link(monkeypatch):
+    # Where a route breaks what leaving copies out relies on, the call runs again with every link
+    # divided: the answer is the one without mirrors.
+    import nicksim.model.mirrors as mirrors_module
+    job = job_of(nodes=8, env={"NCCL_ALGO": "Ring"}, hosts_per_leaf=4)
+    call = call_for_size("all_reduce", 16 * MiB, "float", "sum", 0, job.nranks)
+    divided = simulate(des_setup(job), call, mirror=False)
+
+    def refuse(self, route, short):
+        raise Asymmetric("every route, for the test")
+    monkeypatch.setattr(mirrors_module.Mirrors, "reduce", refuse)
+    fallen_back = simulate(des_setup(job), call)
+    assert fallen_back.time_us == divided.time_us and fallen_back.link_nbytes == divided.link_nbytes
 
 
 def test_symmetric_nodes_collapse_and_broken_symmetry_does_not():

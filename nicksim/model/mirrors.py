@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .routes import NET_CONN_SLOTS
-
 __all__ = ["Mirrors", "Asymmetric"]
 
 
@@ -32,7 +30,7 @@ class Mirrors:
     is the first twin's link for a copy, `x` itself for every other link."""
 
     def __init__(self, fabric, router, collapse, capacity):
-        self.fabric, self.router, self.capacity = fabric, router, capacity
+        self.router, self.capacity = router, capacity
         self.per_node, self.per_fabric_node = collapse.per_node, fabric.per_node
         self.nodes = fabric.nodes
         first: dict[tuple, int] = {}
@@ -47,9 +45,6 @@ class Mirrors:
                 if end[0] == "nic":
                     self._nic_cables[(end[1], end[2], away)] = link
                     self._cable_owner[link] = (end[1], end[2], away)
-        nranks, channels = router.job.nranks, router.n_channels
-        self._cta_end = router.cta_base + nranks * channels
-        self._ll_end = self._cta_end + nranks
 
     def _owner(self, link: int) -> int:
         """The node whose copy `link` is (-1: a link no node owns, a leaf-spine cable)."""
@@ -58,15 +53,7 @@ class Mirrors:
         if link < self.router.cta_base:
             owner = self._cable_owner.get(link)
             return owner[0] if owner is not None else -1
-        return self._rank_of(link) // self.per_node
-
-    def _rank_of(self, link: int) -> int:
-        r = self.router
-        if link < self._cta_end:
-            return (link - r.cta_base) // r.n_channels
-        if link < self._ll_end:
-            return link - self._cta_end
-        return (link - self._ll_end) // (r.n_channels * NET_CONN_SLOTS)
+        return self.router.rank_link(link)[0] // self.per_node
 
     def canon(self, link: int) -> int:
         node = self._owner(link)
@@ -78,15 +65,7 @@ class Mirrors:
         if link < self.router.cta_base:
             _, port, away = self._cable_owner[link]
             return self._nic_cables.get((twin, port, away), link)
-        return link + (twin - node) * self.per_node * self._rank_stride(link)
-
-    def _rank_stride(self, link: int) -> int:
-        """How far apart two adjacent ranks' links of this kind are numbered."""
-        if link < self._cta_end:
-            return self.router.n_channels
-        if link < self._ll_end:
-            return 1
-        return self.router.n_channels * NET_CONN_SLOTS
+        return link + (twin - node) * self.per_node * self.router.rank_link(link)[1]
 
     def reduce(self, route, short: dict[int, float]) -> tuple[list[int], dict[int, float], dict[int, int]]:
         """`route` without the twins' copies, `short` likewise, and copy -> first twin's link for each

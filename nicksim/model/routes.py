@@ -72,6 +72,21 @@ class Router:
         return self.cta_base + self.job.nranks * (self.n_channels + 1) \
             + (rank * self.n_channels + channel % self.n_channels) * NET_CONN_SLOTS + slot
 
+    def rank_link(self, link: int) -> tuple[int, int]:
+        """(rank, how far apart two adjacent ranks' links of its kind are numbered) for one of a
+        rank's own links (CTA, LL, network connection); (-1, 0) for a fabric link."""
+        if link < self.cta_base:
+            return -1, 0
+        nranks, channels = self.job.nranks, self.n_channels
+        offset = link - self.cta_base
+        if offset < nranks * channels:
+            return offset // channels, channels
+        offset -= nranks * channels
+        if offset < nranks:
+            return offset, 1
+        offset -= nranks
+        return offset // (channels * NET_CONN_SLOTS), channels * NET_CONN_SLOTS
+
     def _gpu(self, rank: int) -> int:
         return self.system.gpu_by_rank(rank % self.per_node)
 
