@@ -216,13 +216,19 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.parametrize("wait_s", [0.0, 2.0])  # while the ranks start; in their timed iterations
-def test_ranks_end_with_their_launcher_when_it_is_killed(wait_s):
+def _ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# while the ranks start; in their timed iterations; a launcher started in a shell script's background,
+# where SIGINT comes ignored (and stays ignored across exec unless the ranks take it back)
+@pytest.mark.parametrize("wait_s, preexec", [(0.0, None), (2.0, None), (2.0, _ignoring_sigint)])
+def test_ranks_end_with_their_launcher_when_it_is_killed(wait_s, preexec):
     from test_runner import leaked, segments
     before = segments()
     launcher = subprocess.Popen([sys.executable, "-m", "nicksim", "run", "all_reduce", "-np", "2", "-n", "100000",
                                  "-b", "64K", "-e", "64K"], cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL, preexec_fn=preexec)
     deadline = time.monotonic() + GUARD_S
     ranks: list[int] = []
     while len(ranks) < 2 and time.monotonic() < deadline:

@@ -150,8 +150,10 @@ def test_the_check_counts_wrong_elements():
 
 def test_ctrl_c_stops_every_rank_and_leaves_nothing():
     before = segments()
+    # a foreground job's SIGINT, whatever the test run inherited (a suite started in a script's
+    # background comes with SIGINT ignored)
     proc = nicksim("run", "all_reduce", "-np", "3", "-b", "1M", "-e", "1M", "-n", "100000",
-                   start_new_session=True)
+                   start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().startswith("# nicksim run all_reduce: 3 ranks")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     _, err = proc.communicate(timeout=GUARD_S)

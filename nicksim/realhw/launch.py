@@ -31,13 +31,19 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def exit_with_parent():
-    """For Popen's preexec_fn: on Linux, the child gets SIGINT when the thread that started it
-    ends (PR_SET_PDEATHSIG, armed between fork and exec, so a launcher killed at any moment takes
-    its ranks with it); None elsewhere, where watch_parent is the only guard."""
+    """For Popen's preexec_fn: the child takes SIGINT as Python does by default, even where the
+    launcher ignores it (a job a shell script started in the background inherits SIGINT ignored,
+    and an ignored signal stays ignored across exec), and, on Linux, gets SIGINT when the thread
+    that started it ends (PR_SET_PDEATHSIG, armed between fork and exec, so a launcher killed at
+    any moment takes its ranks with it)."""
     if not sys.platform.startswith("linux"):
-        return None
+        return lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
-    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+    def arm() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+    return arm
 
 # How often a rank looks whether its launcher is still there.
 PARENT_POLL_S = 0.2
@@ -51,6 +57,9 @@ def watch_parent() -> None:
     PR_SET_PDEATHSIG, does not fire when the thread that started the process ends."""
     if any(t.name == "nicksim-parent-watch" for t in threading.enumerate()):
         return  # one watch a process (ranks run as threads in tests)
+    if threading.current_thread() is threading.main_thread() \
+            and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # started in a shell's background
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parent = os.getppid()
 
     def watch() -> None:
