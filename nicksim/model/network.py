@@ -12,7 +12,9 @@ transfer of its shape takes its place, for `hold` x its own duration at most, so
 slices with short gaps between them costs no division at each one. Simulated time is in
 microseconds; 1 GB/s moves 1,000 bytes per microsecond. A transfer over a link of no capacity never
 ends (the engine reports what is left waiting as a hang). `bytes_on` and `busy_us` account, per
-link, what crossed it and for how long it carried anything.
+link, what crossed it and for how long it carried anything. With `merge_links` the division sees,
+of the links that every route so far crosses alike, only the tightest (linkclasses.py): the same
+rates from fewer (transfer, link) pairs.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import simpy
 
 from ._jit import njit
 from .flows import Workspace, fair_rates_flat
+from .linkclasses import LinkClasses
 
 __all__ = ["FluidNetwork"]
 
@@ -116,7 +119,8 @@ class FluidNetwork:
     """Links of fixed capacity (GB/s) and latency (us) shared fairly by the transfers on them."""
 
     def __init__(self, env: simpy.Environment, capacity_gbps: Sequence[float],
-                 latency_us: Sequence[float] | None = None, record: bool = False, hold: float = 0.0):
+                 latency_us: Sequence[float] | None = None, record: bool = False, hold: float = 0.0,
+                 merge_links: bool = True):
         self.env = env
         self.hold = hold
         self.capacity = np.array(capacity_gbps, dtype=float)
@@ -164,8 +168,15 @@ class FluidNetwork:
         self._held_until = float("inf")
         self._hold_wake = 0
         self.n_divisions = 0
+        self.n_pairs = 0  # (transfer, link) pairs the divisions have seen, all together
         self.n_transfers = 0
         self._mirrors: dict[int, int] = {}  # a link no route lists -> the link whose load it has
+        # Links crossed alike by every shape so far: the pair columns list only each class's tightest
+        # link (`_reduced`, per shape id). A new shape that splits a class makes the columns stale.
+        self._classes = LinkClasses(self.capacity) if merge_links else None
+        self._reduced: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._crossing: dict[int, list[int]] = {}  # link -> the shapes crossing it (their ids)
+        self._stale = False
 
     @property
     def bytes_on(self) -> list[float]:
@@ -183,6 +194,9 @@ class FluidNetwork:
         """How long each link has carried something, up to now (us)."""
         busy = self._busy_us.copy()
         busy[self._busy] += self.env.now - self._busy_since
+        if self._classes is not None:  # a class's links carry something exactly when its tightest does
+            for rep, links in self._classes.members().items():
+                busy[links] = busy[rep]
         self._copy_mirrors(busy)
         return busy
 
@@ -235,11 +249,49 @@ class FluidNetwork:
             shape = self._shapes[key] = (route, use, links, counts, len(self._shapes),
                                          sum(self.latency[link] for link in route))
             self._shape_nbytes.append(0.0)
+            if self._classes is not None:
+                listed = links.tolist()
+                self._split(self._classes.add(listed, counts.tolist()))
+                for link in listed:
+                    self._crossing.setdefault(link, []).append(shape[4])
         return shape
+
+    def _split(self, splits: list[tuple[int, list[int]]]) -> None:
+        """Classes of links a new shape split: each link of one had, up to now, the busy time of
+        its representative; the shapes crossing them are reduced again, and the pair columns laid
+        out again before the new shape moves."""
+        if not splits:
+            return
+        self._flush_busy()
+        busy = set(self._busy.tolist())
+        for before, links in splits:
+            self._busy_us[links] = self._busy_us[before]
+            if before in busy:
+                busy.update(self._classes.rep(x) for x in links)
+            for shape in self._crossing.get(before, ()):  # a class's links are crossed by the same shapes
+                self._reduced.pop(shape, None)
+        self._busy = np.fromiter(busy, dtype=np.int64, count=len(busy))
+        self._stale = True
+
+    def _flush_busy(self) -> None:
+        self._busy_us[self._busy] += self.env.now - self._busy_since
+        self._busy_since = self.env.now
+
+    def _pairs_of(self, item: _Transfer) -> tuple[np.ndarray, np.ndarray]:
+        """The (link, times) pairs the division sees of a transfer: every link, or its shape's
+        representatives where links are merged."""
+        if self._classes is None:
+            return item.links, item.counts
+        got = self._reduced.get(item.shape)
+        if got is None:
+            got = self._reduced[item.shape] = self._classes.reduced(item.links, item.counts)
+        return got
 
     def set_capacity(self, link: int, bw_gbps: float) -> None:
         """Change a link's capacity from now on (a fault, a degraded port)."""
         self._advance()
+        if self._classes is not None:
+            self._unmerge()
         self.capacity[link] = bw_gbps
         self._dirty = True
         self._later()
@@ -330,27 +382,61 @@ class FluidNetwork:
             self._held_until = -float("inf")
             self._later()
 
+    def _unmerge(self) -> None:
+        """Every link divided from now on (a capacity changes, and with it which link is tightest)."""
+        self._flush_busy()
+        members = self._classes.members()
+        busy = set(self._busy.tolist())
+        for rep in list(busy):
+            busy.update(members.get(rep, ()))
+        for rep, links in members.items():
+            self._busy_us[links] = self._busy_us[rep]
+        self._busy = np.fromiter(busy, dtype=np.int64, count=len(busy))
+        self._classes = None
+        self._stale = True
+        self._lay_out_again()
+
     def _take_in(self, new: list[_Transfer]) -> None:
-        """Append the new transfers to the arrays (closing the holes first where they are many);
-        each starts at the rate of the arrived transfer of its shape (the division, where one
-        follows, replaces it)."""
-        if 4 * self._holes > len(self.moving):
-            keep = ~self._gone_at
-            pair_keep = np.repeat(keep, self._sizes)
-            for name, column in self._columns.items():
-                column.keep(pair_keep if name.startswith("_pair") else keep)
-            self.moving = [item for item in self.moving if item is not None]
-            self._holes = 0
+        """Append the new transfers to the arrays (closing the holes first where they are many, or
+        laying every row out again where a class of links split); each starts at the rate of the
+        arrived transfer of its shape (the division, where one follows, replaces it)."""
+        if self._stale:
+            self._lay_out_again()
+        elif 4 * self._holes > len(self.moving):
+            self._close_holes()
         self.moving.extend(new)
         self._new = []
         columns = self._columns
         columns["_left"].extend([item.left for item in new])
         columns["_head"].extend([item.head_left if item.head is not None else -np.inf for item in new])
         columns["_rate"].extend([self._gone_rate.get(item.shape, 0.0) for item in new])
-        columns["_sizes"].extend([item.links.size for item in new])
+        self._add_pairs(new)
         columns["_gone_at"].extend(np.zeros(len(new), dtype=bool))
-        columns["_pair_link"].extend(np.concatenate([item.links for item in new]))
-        columns["_pair_times"].extend(np.concatenate([item.counts for item in new]))
+        self._views()
+
+    def _add_pairs(self, items: list[_Transfer]) -> None:
+        pairs = [self._pairs_of(item) for item in items]
+        self._columns["_sizes"].extend([links.size for links, _ in pairs])
+        if pairs:
+            self._columns["_pair_link"].extend(np.concatenate([links for links, _ in pairs]))
+            self._columns["_pair_times"].extend(np.concatenate([times for _, times in pairs]))
+
+    def _close_holes(self) -> None:
+        keep = ~self._gone_at
+        pair_keep = np.repeat(keep, self._sizes)
+        for name, column in self._columns.items():
+            column.keep(pair_keep if name.startswith("_pair") else keep)
+        self.moving = [item for item in self.moving if item is not None]
+        self._holes = 0
+        self._views()
+
+    def _lay_out_again(self) -> None:
+        """Every moving transfer's pairs as `_pairs_of` gives them now (the holes closed)."""
+        self._close_holes()
+        for name in ("_sizes", "_pair_link", "_pair_times"):
+            self._columns[name].n = 0
+        self._add_pairs(self.moving)
+        self._stale = False
         self._views()
 
     def _views(self) -> None:
@@ -361,14 +447,15 @@ class FluidNetwork:
         """Max-min fair rates for every moving transfer (flows.py), and the links they keep busy."""
         self.n_divisions += 1
         self._release()
+        self.n_pairs += self._pair_link.size
         if len(self.moving) > self._holes:
             self._rate[:], busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
                                                   self._gone_at, self._scratch, self._work)
         else:
             self._rate[:] = 0.0
             busy = np.zeros(0, dtype=np.int64)
-        self._busy_us[self._busy] += self.env.now - self._busy_since
-        self._busy, self._busy_since = busy, self.env.now
+        self._flush_busy()
+        self._busy = busy
         if self.series is not None:
             self._record()
 
