@@ -23,6 +23,8 @@ part's CPU seconds and events against ranks (log-log, beside a line of slope one
     python benchmarks/bench_des.py [--plot docs/des-cost.png] [--repeat 1] [--scale 16 128]
     python benchmarks/bench_des.py --only-scale --scale 8 32 128 --collectives all_reduce all_gather
     python benchmarks/bench_des.py --only-scale --scale 4 16 64 128 1024 --scale-plot docs/des-scale.png
+    python benchmarks/bench_des.py --only-scale --scale 2 4 8 16 32 64 128 1024 \
+        --collectives all_reduce all_gather reduce_scatter alltoall --up-to alltoall=64 --scale-plot docs/des-scale.png
 """
 from __future__ import annotations
 
@@ -148,7 +150,8 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def scale(node_counts: list[int], collectives: list[str]) -> dict[str, list[dict]]:
+def scale(node_counts: list[int], collectives: list[str], up_to: dict[str, int] | None = None
+          ) -> dict[str, list[dict]]:
     print("# scale: one 1 GiB call, each in its own process; CPU seconds of the simulation (des s), of a bare")
     print("# SimPy loop of as many events in the same process (bare s), and their ratio")
     print(f"# {'coll':<14} {'GPUs':>5} {'SHARP':>5} {'algorithm':>15} {'des s':>7} {'events':>9} {'bare s':>7} "
@@ -157,6 +160,9 @@ def scale(node_counts: list[int], collectives: list[str]) -> dict[str, list[dict
     for collective in collectives:
         for sharp in (True, False) if collective == "all_reduce" else (False,):
             for nodes in node_counts:
+                if nodes > (up_to or {}).get(collective, nodes):
+                    print(f"  {collective:<14} {8 * nodes:>5} left out (--up-to)", flush=True)
+                    continue
                 out = subprocess.run([sys.executable, __file__, "--one", str(nodes), "--collectives", collective]
                                      + (["--sharp"] if sharp else []), capture_output=True, text=True, check=True)
                 r = json.loads(out.stdout)
@@ -236,6 +242,9 @@ def main() -> None:
                         help="node counts of the scale part (default 4 16 64 128)")
     parser.add_argument("--collectives", nargs="+", default=["all_reduce"], metavar="COLL",
                         help="collectives of the scale part (default all_reduce)")
+    parser.add_argument("--up-to", nargs="+", default=[], metavar="COLL=NODES",
+                        help="run a collective of the scale part on at most NODES nodes (alltoall=64: its memory "
+                             "grows as the square of the ranks)")
     parser.add_argument("--only-scale", action="store_true", help="run the scale part alone")
     parser.add_argument("--scale-plot", metavar="FILE", help="write the scale part's plot (PNG)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
@@ -244,8 +253,14 @@ def main() -> None:
     if args.one:
         print(json.dumps(one_large(args.one, args.sharp, args.collectives[0])))
         return
+    up_to = {}
+    for cap in args.up_to:
+        coll, _, most = cap.partition("=")
+        if not most.isdigit():
+            parser.error(f"--up-to {cap}: expected COLL=NODES, e.g. alltoall=64")
+        up_to[coll] = int(most)
     if args.only_scale:
-        series = scale(args.scale, args.collectives)
+        series = scale(args.scale, args.collectives, up_to)
         if args.scale_plot:
             scale_plot(series, args.scale_plot)
         return
@@ -255,7 +270,7 @@ def main() -> None:
     if args.plot:
         plot(series, args.plot)
     if args.scale:
-        scaled = scale(args.scale, args.collectives)
+        scaled = scale(args.scale, args.collectives, up_to)
         if args.scale_plot:
             scale_plot(scaled, args.scale_plot)
 

@@ -63,6 +63,7 @@ from .network import FluidNetwork
 from .proxy import ProxyThreads
 from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
+from .translation import NoTranslation, Translation, node_shift
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "Stall", "NetError", "HangReport", "des_setup", "simulate",
            "simulate_sequences", "coarse_plan", "coarse_steps", "default_params", "WATCHDOG_US"]
@@ -459,6 +460,7 @@ class _Sim:
         self.groups: dict[int, list[int]] = {}
         self.collapse: Collapse | None = None  # set before run() where nodes behave alike
         self.mirrors: Mirrors | None = None    # with a collapse: twins' links left out of the division
+        self.translation: Translation | None = None  # with a collapse by a shift: the shift of links
         self.simulated: frozenset[int] = frozenset()  # with a collapse: the ranks that run a channel
         self.routes: dict[tuple, tuple] = {}
         self._fabric_routes: dict[tuple, tuple[int, ...]] = {}
@@ -953,6 +955,7 @@ class _Sim:
         cached = self.routes.get(key)
         if cached is None:
             own, hw, short = self._member_route(c, prim, rank, channel, node, local, peers_out, first, n_msgs)
+            short_own = short
             # The parallel routes have one route's latency: a link carrying a share counts that share.
             lat = sum(self.net.latency[x] for x in own) - sum(self.net.latency[x] * d for x, d in short.items())
             links = list(own)
@@ -962,6 +965,8 @@ class _Sim:
                     peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
                     more, _, less = self._member_route(c, prim, member, channel, member // self.per_node, local,
                                                        peers, first, n_msgs)
+                    if self.translation is not None:
+                        self._check_shifted(own, short_own, more, less, (member - rank) % self.job.nranks)
                     links += more
                     for x, d in less.items():
                         short[x] = short.get(x, 0.0) + d
@@ -973,6 +978,18 @@ class _Sim:
             # The members' routes run side by side: the latency is one route's, not their sum.
             cached = self.routes[key] = (tuple(links), hw, lat if collapse is not None or short else None, shares)
         return cached
+
+    def _check_shifted(self, own, short_own: dict[int, float], route, short: dict[int, float], apart: int) -> None:
+        """A class-mate `apart` ranks on crosses what the representative's route crosses, shifted
+        (translation.py): else NoTranslation, and the call runs with every node."""
+        blocks = apart // self.collapse.shift
+        image = self.translation.image(own, blocks).tolist()
+        if Counter(image) != Counter(route):
+            raise NoTranslation(f"a route {apart} ranks on is not its representative's, shifted")
+        if short_own or short:
+            moved = self.translation.image(list(short_own), blocks).tolist()
+            if dict(zip(moved, short_own.values())) != short:
+                raise NoTranslation(f"a route {apart} ranks on is not spread as its representative's")
 
     def _member_route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out,
                       first_msg: int = 0, n_msgs: int = 1) -> tuple[tuple[int, ...], str, dict[int, float]]:
@@ -1158,12 +1175,15 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
     `merge=False` simulates every channel even where several move in lockstep, `collapse=False`
     every node even where several behave alike (symmetry.py), `mirror=False` divides every link
     even where twins' copies carry the same (mirrors.py)."""
-    if mirror:
-        try:
-            return _simulate(setup, call, plan, merge, collapse, mirror=True)
-        except Asymmetric:  # twins' links not crossed alike after all: every link divided
-            pass
-    return _simulate(setup, call, plan, merge, collapse, mirror=False)
+    try:
+        if mirror:
+            try:
+                return _simulate(setup, call, plan, merge, collapse, mirror=True)
+            except Asymmetric:  # twins' links not crossed alike after all: every link divided
+                pass
+        return _simulate(setup, call, plan, merge, collapse, mirror=False)
+    except NoTranslation:  # a route that does not look the same a block of nodes on: every node run
+        return _simulate(setup, call, plan, merge, collapse=False, mirror=False)
 
 
 def _simulate(setup: DesSetup, call: Call, plan: Plan | None, merge: bool, collapse: bool, mirror: bool) -> DesRun:
@@ -1186,10 +1206,30 @@ def _simulate(setup: DesSetup, call: Call, plan: Plan | None, merge: bool, colla
             programs, steps = {r: keep(r, progs) for r, progs in job_programs(job, run_plan, ranks).items()}, 1
     else:
         steps = 1
+        if collapse:
+            programs = _shift_collapse(sim, programs, mirror)
     with _collections_batched():
         sim.run(c, programs, merge)
     return replace(_outcome(sim, plan, factor, sim.collapse.n_classes if sim.collapse else job.nodes,
                             sim.collapse is None or sim.collapse.exact), step_factor=steps)
+
+
+def _shift_collapse(sim: "_Sim", programs: dict[int, tuple], mirror: bool) -> dict[int, tuple]:
+    """Point-to-point programs that look the same a block of nodes on (translation.py): the first
+    block's ranks run for every block, and only their programs are kept."""
+    setup, job = sim.setup, sim.job
+    if job.nodes < 2 or setup.faults or setup.stragglers:
+        return programs
+    translation = node_shift(sim.fabric, sim.router, programs, sim.per_node)
+    if translation is None:
+        return programs
+    sim.translation = translation
+    sim.collapse = Collapse.shifted(sim.per_node, job.nodes, translation.nodes_shift)
+    if mirror and not setup.trace:
+        sim.mirrors = Mirrors(sim.fabric, sim.router, sim.collapse, sim.net.capacity)
+    reps = sim.collapse.rep_ranks(job.nranks)
+    sim.simulated = frozenset(reps)
+    return {r: programs[r] for r in reps if r in programs}
 
 
 def _all_channels(rank: int, progs: tuple) -> tuple:

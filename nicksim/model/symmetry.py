@@ -21,8 +21,10 @@ no longer the phases of the node's own other channels — and `Collapse.exact` s
 class's first node); `Collapse.members(r, c)` the ranks a representative stands for;
 `peer_of(r, c, p, member)` the peer that plays, for `member`, the role `p` plays for `r`.
 Algorithms whose peers are not given by ring/tree/NVLS-tree structure (point-to-point, PAT) are
-not collapsed (every node its own class), nor are all_gather and reduce_scatter through the NVLS or
-CollNet switch, where each node's heads own different pieces.
+not collapsed here (every node its own class), nor are all_gather and reduce_scatter through the
+NVLS or CollNet switch, where each node's heads own different pieces. Point-to-point calls that
+look the same a block of nodes on are collapsed by that shift instead (translation.py,
+`Collapse.shifted`: `peer_of` shifts the peer as the member is shifted).
 """
 from __future__ import annotations
 
@@ -87,6 +89,13 @@ class Collapse:
     # Per channel, the first channel with the same representatives and the same peer order: two
     # channels of one kind pair every member with the same peers (what routes depend on besides NICs).
     kinds: tuple[int, ...] = ()
+    # Where the classes are a shift (translation.py): the ranks a class-mate is from the next one.
+    shift: int = 0
+
+    @classmethod
+    def shifted(cls, per_node: int, nodes: int, nodes_shift: int) -> "Collapse":
+        """The first `nodes_shift` nodes standing for every block of as many after them."""
+        return cls(per_node, (tuple(n % nodes_shift for n in range(nodes)),), {}, shift=nodes_shift * per_node)
 
     def channel_kind(self, channel: int) -> int:
         return self.kinds[channel] if channel < len(self.kinds) else channel
@@ -127,6 +136,8 @@ class Collapse:
         """The peer that plays for `member` the role `peer` plays for `rank` on `channel`."""
         if peer < 0 or member == rank:
             return peer
+        if self.shift:
+            return (peer + member - rank) % (len(self.rep_node[0]) * self.per_node)
         if peer // self.per_node == rank // self.per_node:  # inside the node: the same local rank
             return (member // self.per_node) * self.per_node + peer % self.per_node
         return self.order[(member, channel)][self.order[(rank, channel)].index(peer)]

@@ -1,0 +1,121 @@
+"""Point-to-point calls whose every node behaves as the node a whole block of nodes before it.
+
+NCCL's point-to-point schedule (init.cc p2pSchedule) gives rank r the peers r + d and r - d in round
+d's turn, so an alltoall or a ring of sendrecvs looks the same from every node: shifted by a whole
+number of nodes, every rank's programs are another rank's with every peer shifted alike. Where the
+fabric looks the same shifted too (leaves hold whole blocks of nodes: a shift by a leaf's nodes
+maps each leaf to the next, each spine to itself), the first block of nodes can stand for every
+block, as symmetry.py's classes do for rings and trees.
+
+`Translation(fabric, router, nodes_shift)` promises `image(links, k)`: the links that the same
+route, shifted by k blocks, crosses. It exists only where the shift maps every link of the fabric
+onto a link of the same kind, capacity and latency (else `NoTranslation`). `programs_shift(programs,
+shift_ranks, nranks)` says whether every rank's programs are those of the rank `shift_ranks` before
+it with every peer shifted alike. Neither says that the router's routes commute with the shift:
+the engine checks every route it builds (the member's own route against the image of its
+representative's) and runs the call again without classes where one does not.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["Translation", "NoTranslation", "programs_shift", "node_shift"]
+
+
+class NoTranslation(Exception):
+    """The fabric, the programs or a route do not look the same shifted by the block of nodes."""
+
+
+class Translation:
+    """The shift by `nodes_shift` nodes as a permutation of the fabric's and the ranks' links."""
+
+    def __init__(self, fabric, router, nodes_shift: int):
+        nodes, per_fabric_node = fabric.nodes, fabric.per_node
+        self.nodes_shift, self.per_node = nodes_shift, router.per_node
+        n_links = router.n_links
+        perm = np.arange(n_links, dtype=np.int64)
+        node_links = per_fabric_node * nodes
+        ids = np.arange(node_links, dtype=np.int64)
+        perm[:node_links] = (ids + nodes_shift * per_fabric_node) % node_links
+        self._cables(fabric, perm, nodes, nodes_shift)
+        self._check(fabric, perm)
+        nranks = router.job.nranks
+        shift_ranks = nodes_shift * self.per_node
+        for link in range(router.cta_base, n_links):
+            rank, stride = router.rank_link(link)
+            perm[link] = link + ((rank + shift_ranks) % nranks - rank) * stride
+        self.perm = perm
+        self._powers = [np.arange(n_links, dtype=np.int64), perm]
+
+    def image(self, links, k: int) -> np.ndarray:
+        """`links` (ids) as the route shifted by `k` blocks crosses them."""
+        while len(self._powers) <= k:
+            self._powers.append(self.perm[self._powers[-1]])
+        return self._powers[k][np.asarray(links, dtype=np.int64)]
+
+    @staticmethod
+    def _cables(fabric, perm: np.ndarray, nodes: int, shift: int) -> None:
+        """Each cable onto the one between the shifted ends: a NIC port onto the same port `shift`
+        nodes on, a leaf onto the leaf its ports' images hang from, a spine onto itself."""
+        ends: dict[tuple, tuple] = {}
+        for a, b in fabric.cables:
+            for nic, switch in ((a, b), (b, a)):
+                if nic[0] == "nic":
+                    moved = ("nic", (nic[1] + shift) % nodes, *nic[2:])
+                    ends[nic] = moved
+        leaf_of = {a: b for a, b in fabric.cables if a[0] == "nic"}
+        for nic, leaf in leaf_of.items():
+            target = leaf_of.get(ends[nic])
+            if target is None or ends.setdefault(leaf, target) != target:
+                raise NoTranslation(f"{leaf} has no single image under a shift of {shift} nodes")
+        for (a, b), link in fabric.cables.items():
+            image = fabric.cables.get((ends.get(a, a), ends.get(b, b)))
+            if image is None:
+                raise NoTranslation(f"cable {a}->{b} has no image under a shift of {shift} nodes")
+            perm[link] = image
+
+    @staticmethod
+    def _check(fabric, perm: np.ndarray) -> None:
+        links = fabric.links
+        n = len(links)
+        if sorted(perm[:n].tolist()) != list(range(n)):
+            raise NoTranslation("the shift does not map the fabric's links one to one")
+        for link, image in enumerate(perm[:n].tolist()):
+            a, b = links[link], links[image]
+            if (a.kind, a.bw_gbps, a.lat_us) != (b.kind, b.bw_gbps, b.lat_us):
+                raise NoTranslation(f"{a.name} and its image {b.name} differ")
+
+
+def _shifted(peers: tuple[int, ...], shift: int, nranks: int) -> tuple[int, ...]:
+    return tuple((p + shift) % nranks if p >= 0 else p for p in peers)
+
+
+def programs_shift(programs: dict[int, tuple], shift_ranks: int, nranks: int) -> bool:
+    """Whether every rank's point-to-point programs are, channel by channel and primitive by
+    primitive, those of the rank `shift_ranks` before it with every peer shifted alike. Offsets are
+    left out: they place a rank's pieces in its own buffers (an alltoall's block r at r x its size),
+    which a transfer's timing does not depend on."""
+    def key(rank: int, shift: int) -> list:
+        return [(prog.channel, stream.protocol, prim.op, prim.nelem, prim.pat, prim.conn, prim.steps,
+                 _shifted(prim.recv_from, shift, nranks), _shifted(prim.send_to, shift, nranks))
+                for prog in programs.get(rank, ()) for stream in prog.streams for prim in stream.prims] + [
+                (prog.channel, len(prog.streams), tuple(len(stream.prims) for stream in prog.streams))
+                for prog in programs.get(rank, ())]
+    return all(key(r, shift_ranks) == key((r + shift_ranks) % nranks, 0) for r in range(nranks))
+
+
+def node_shift(fabric, router, programs: dict[int, tuple], per_node: int) -> Translation | None:
+    """The shift by the fewest nodes (a divisor of the nodes, fewer than all) under which both the
+    programs and the fabric look the same, or None."""
+    nodes = fabric.nodes
+    nranks = nodes * per_node
+    for shift in range(1, nodes):
+        if nodes % shift:
+            continue
+        try:
+            translation = Translation(fabric, router, shift)
+        except NoTranslation:
+            continue
+        if programs_shift(programs, shift * per_node, nranks):
+            return translation
+    return None

@@ -1,0 +1,96 @@
+"""Point-to-point calls run by the first block of nodes for every block (nicksim/model/translation.py)."""
+import numpy as np
+import pytest
+
+from nicksim.calls import call_for_size
+from nicksim.job import JobSpec, load_job
+from nicksim.model.engine import des_setup, simulate
+from nicksim.model.fabric import build_fabric
+from nicksim.model.routes import Router
+from nicksim.model.translation import NoTranslation, Translation, programs_shift
+from nicksim.params import read_params
+from nicksim.plan.build import call_plan, job_programs
+
+MiB = 1 << 20
+
+
+def job_of(nodes, env=None, **spec):
+    return load_job(JobSpec(system="dgx-h100", nodes=nodes, nccl_version="2.30", **spec), read_params(env or {}))
+
+
+def test_a_shift_by_a_leafs_nodes_maps_every_link_onto_one_like_it():
+    job = job_of(4, hosts_per_leaf=2)
+    fabric = build_fabric(job.cluster)
+    router = Router(job, fabric, "ring", 2)
+    shift = Translation(fabric, router, 2)
+    names = [link.name for link in fabric.links]
+    image = lambda name: names[int(shift.image([names.index(name)], 1)[0])]  # noqa: E731
+    assert image("nic(0,0)->leaf(0,0)") == "nic(2,0)->leaf(0,1)"
+    assert image("leaf(3,1)->spine(1)") == "leaf(3,0)->spine(1)"
+    assert sorted(shift.perm.tolist()) == list(range(router.n_links))
+    # Two shifts by two of four nodes bring every link back; a rank's CTA link goes to the rank 16 on.
+    assert shift.image(range(router.n_links), 2).tolist() == list(range(router.n_links))
+    assert shift.image([router.cta(3, 1)], 1).tolist() == [router.cta(19, 1)]
+
+
+def test_a_shift_that_splits_a_leaf_is_no_symmetry():
+    job = job_of(4, hosts_per_leaf=2)
+    fabric = build_fabric(job.cluster)
+    with pytest.raises(NoTranslation):
+        Translation(fabric, Router(job, fabric, "ring", 2), 1)
+
+
+def test_alltoall_and_sendrecv_programs_look_the_same_a_node_on():
+    job = job_of(4)
+    for collective in ("alltoall", "sendrecv"):
+        call = call_for_size(collective, 16 * MiB, "float", "sum", 0, job.nranks)
+        programs = job_programs(job, call_plan(job, call))
+        assert programs_shift(programs, 8, job.nranks) and programs_shift(programs, 16, job.nranks)
+        assert not programs_shift(programs, 3, job.nranks)  # local ranks do not look alike
+        # Take one rank's programs away: the shift no longer holds.
+        assert not programs_shift({r: p for r, p in programs.items() if r != 5}, 8, job.nranks)
+
+
+P2P_CASES = [
+    ("alltoall", 4, {}, {"hosts_per_leaf": 2}, 2),                                   # one leaf's nodes
+    ("alltoall", 8, {}, {"hosts_per_leaf": 4, "oversubscription": 2.0}, 4),          # across a 2:1 spine
+    ("alltoall", 4, {"NCCL_IB_QPS_PER_CONNECTION": "4"}, {"fabric": "roce", "hosts_per_leaf": 2}, 2),
+    ("sendrecv", 4, {}, {"hosts_per_leaf": 2}, 2),
+    ("alltoall", 4, {}, {}, 1),                                                      # one leaf: one class
+]
+
+
+@pytest.mark.parametrize("collective, nodes, env, spec, classes", P2P_CASES)
+def test_point_to_point_run_by_one_block_gives_the_every_node_answer(collective, nodes, env, spec, classes):
+    # The first block's ranks run for every block: every transfer's rate, every link's bytes and
+    # busy time are the whole run's (max-min gives the shifted transfers the same rates).
+    job = job_of(nodes, env, **spec)
+    setup = des_setup(job)
+    for nbytes in (1 * MiB, 64 * MiB):
+        call = call_for_size(collective, nbytes, "float", "sum", 0, job.nranks)
+        shifted, full = simulate(setup, call), simulate(setup, call, collapse=False)
+        assert (shifted.n_node_classes, full.n_node_classes) == (classes, nodes)
+        assert shifted.n_events * nodes == pytest.approx(full.n_events * classes, rel=0.1)
+        assert shifted.time_us == pytest.approx(full.time_us, rel=1e-9), nbytes
+        assert shifted.link_nbytes.keys() == full.link_nbytes.keys()
+        for link, moved in full.link_nbytes.items():
+            assert shifted.link_nbytes[link] == pytest.approx(moved, rel=1e-9), link
+            assert shifted.link_busy_us[link] == pytest.approx(full.link_busy_us[link], rel=1e-9, abs=1e-9), link
+
+
+def test_a_straggler_keeps_every_node_simulated():
+    job = job_of(4, hosts_per_leaf=2)
+    call = call_for_size("alltoall", 4 * MiB, "float", "sum", 0, job.nranks)
+    assert simulate(des_setup(job, stragglers=["9:20us"]), call).n_node_classes == 4
+
+
+def test_a_route_that_does_not_look_the_same_shifted_runs_every_node(monkeypatch):
+    # Where a class-mate's route is not its representative's shifted, the call runs again with
+    # every node: the answer is the whole run's.
+    job = job_of(4, hosts_per_leaf=2)
+    call = call_for_size("alltoall", 4 * MiB, "float", "sum", 0, job.nranks)
+    full = simulate(des_setup(job), call, collapse=False)
+    monkeypatch.setattr(Translation, "image", lambda self, links, k: np.asarray(links) + k)
+    fallen_back = simulate(des_setup(job), call)
+    assert fallen_back.n_node_classes == 4
+    assert fallen_back.time_us == full.time_us and fallen_back.link_nbytes == full.link_nbytes
