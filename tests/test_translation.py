@@ -52,21 +52,21 @@ def test_alltoall_and_sendrecv_programs_look_the_same_a_node_on():
 
 
 P2P_CASES = [
-    ("alltoall", 4, {}, {"hosts_per_leaf": 2}, 2),                                   # one leaf's nodes
-    ("alltoall", 8, {}, {"hosts_per_leaf": 4, "oversubscription": 2.0}, 4),          # across a 2:1 spine
-    ("alltoall", 4, {"NCCL_IB_QPS_PER_CONNECTION": "4"}, {"fabric": "roce", "hosts_per_leaf": 2}, 2),
-    ("sendrecv", 4, {}, {"hosts_per_leaf": 2}, 2),
-    ("alltoall", 4, {}, {}, 1),                                                      # one leaf: one class
+    ("alltoall", 4, {}, {"hosts_per_leaf": 2}, 2, (1 * MiB, 64 * MiB)),             # one leaf's nodes
+    ("alltoall", 8, {}, {"hosts_per_leaf": 4, "oversubscription": 2.0}, 4, (4 * MiB,)),  # across a 2:1 spine
+    ("alltoall", 4, {"NCCL_IB_QPS_PER_CONNECTION": "4"}, {"fabric": "roce", "hosts_per_leaf": 2}, 2, (4 * MiB,)),
+    ("sendrecv", 4, {}, {"hosts_per_leaf": 2}, 2, (1 * MiB, 64 * MiB)),
+    ("alltoall", 4, {}, {}, 1, (4 * MiB,)),                                             # one leaf: one class
 ]
 
 
-@pytest.mark.parametrize("collective, nodes, env, spec, classes", P2P_CASES)
-def test_point_to_point_run_by_one_block_gives_the_every_node_answer(collective, nodes, env, spec, classes):
+@pytest.mark.parametrize("collective, nodes, env, spec, classes, sizes", P2P_CASES)
+def test_point_to_point_run_by_one_block_gives_the_every_node_answer(collective, nodes, env, spec, classes, sizes):
     # The first block's ranks run for every block: every transfer's rate, every link's bytes and
     # busy time are the whole run's (max-min gives the shifted transfers the same rates).
     job = job_of(nodes, env, **spec)
     setup = des_setup(job)
-    for nbytes in (1 * MiB, 64 * MiB):
+    for nbytes in sizes:
         call = call_for_size(collective, nbytes, "float", "sum", 0, job.nranks)
         shifted, full = simulate(setup, call), simulate(setup, call, collapse=False)
         assert (shifted.n_node_classes, full.n_node_classes) == (classes, nodes)
