@@ -69,8 +69,19 @@ def test_a_chain_of_links_is_divided_as_its_tightest_link_alone():
     assert merged[0] == [pytest.approx(400.0), pytest.approx(400.0), pytest.approx(30 + 1e5 / 3e3)]
 
 
+def test_a_shape_with_nothing_to_send_still_splits_the_links_it_crosses():
+    # A and B cross links 0-1 (link 1 the tighter): the division sees link 1 alone. At 5 us a transfer
+    # of no bytes over link 0 splits the two; A arrives at 40 us and the division then must count
+    # link 0 again, or link 0 would look idle from there while B still crosses it until 220 us.
+    starts = [(0, [0, 1], 1e5), (0, [0, 1], 1e6), (5, [0], 0.0)]
+    merged, whole = simulate([10.0, 5.0], starts, True), simulate([10.0, 5.0], starts, False)
+    assert merged[0] == whole[0] == [pytest.approx(40.0), pytest.approx(220.0), 5]
+    assert merged[1][:2] == pytest.approx(whole[1][:2]) == [220.0, 220.0]
+
+
 routes = st.lists(st.integers(0, 5), min_size=1, max_size=5)
-starts = st.lists(st.tuples(st.floats(0, 200), routes, st.floats(1e3, 1e6)), min_size=1, max_size=12)
+starts = st.lists(st.tuples(st.floats(0, 200), routes, st.one_of(st.just(0.0), st.floats(1e3, 1e6))),
+                  min_size=1, max_size=12)
 capacities = st.lists(st.sampled_from([2.0, 5.0, 10.0, 10.0, 40.0]), min_size=6, max_size=6)
 
 
@@ -78,8 +89,8 @@ capacities = st.lists(st.sampled_from([2.0, 5.0, 10.0, 10.0, 40.0]), min_size=6,
 @given(capacities, starts, st.one_of(st.none(), st.tuples(st.floats(0, 300), st.integers(0, 5),
                                                           st.sampled_from([0.0, 1.0, 20.0]))))
 def test_merging_links_changes_no_arrival_and_no_links_account(capacity, items, cut):
-    # Routes over six links (some crossed twice), started at random times, some with a capacity
-    # changed on the way: every arrival, every link's busy time and bytes, and the number of
+    # Routes over six links (some crossed twice), started at random times, some with nothing to send,
+    # some with a capacity changed on the way: every arrival, every link's busy time and bytes, and the number of
     # divisions are those of the division that sees every link.
     merged, whole = simulate(capacity, items, True, cut), simulate(capacity, items, False, cut)
     assert merged[0] == whole[0]

@@ -447,6 +447,8 @@ class FluidNetwork:
         """Max-min fair rates for every moving transfer (flows.py), and the links they keep busy."""
         self.n_divisions += 1
         self._release()
+        if self._stale:  # a shape that never moved (nothing to send) split a class since
+            self._lay_out_again()
         self.n_pairs += self._pair_link.size
         if len(self.moving) > self._holes:
             self._rate[:], busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
