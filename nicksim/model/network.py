@@ -72,12 +72,12 @@ def _arrivals(rate, left, head):  # pragma: no cover - compiled
 
 
 class _Transfer:
-    __slots__ = ("route", "use", "links", "counts", "shape", "left", "rate", "done", "head", "head_left",
+    __slots__ = ("route", "links", "counts", "shape", "left", "rate", "done", "head", "head_left",
                  "sent", "lat", "tag", "began")
 
     def __init__(self, shape: tuple, nbytes: float, done: simpy.Event, sent: simpy.Event, lat: float,
                  head: simpy.Event | None = None, head_nbytes: float = 0.0):
-        self.route, self.use, self.links, self.counts, self.shape = shape
+        self.route, self.links, self.counts, self.shape = shape
         self.left, self.rate, self.done = float(nbytes), 0.0, done
         self.sent, self.lat = sent, lat
         self.tag = None
@@ -153,7 +153,7 @@ class FluidNetwork:
         # With `record`, (time, link, GB/s) whenever a link's carried rate changes.
         self.series: list[tuple[float, int, float]] | None = [] if record else None
         self._load = np.zeros(len(self.capacity))
-        self._shapes: dict[tuple, tuple] = {}  # (route, weight) -> (route, use, links, counts, id, latency)
+        self._shapes: dict[tuple, tuple] = {}  # (route, weight, costs) -> (route, links, counts, id, latency)
         # Since the last division: the shapes of the transfers that arrived (id -> count) and the
         # rate each had, and whether a capacity changed. Max-min rates depend only on the multiset
         # of shapes moving and the capacities, so when the transfers started since are exactly
@@ -183,9 +183,9 @@ class FluidNetwork:
         """The bytes each link has carried or been given to carry (a link crossed twice, twice)."""
         total = np.zeros(len(self.capacity))
         for shape in self._shapes.values():
-            nbytes = self._shape_nbytes[shape[4]]
+            nbytes = self._shape_nbytes[shape[3]]
             if nbytes:
-                total[shape[2]] += shape[3] * nbytes  # a shape's links are distinct
+                total[shape[1]] += shape[2] * nbytes  # a shape's links are distinct
         self._copy_mirrors(total)
         return total.tolist()
 
@@ -228,8 +228,8 @@ class FluidNetwork:
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         shape = self._shape(tuple(route), weight, costs)
-        path_lat = shape[5] if route_lat_us is None else route_lat_us
-        item = _Transfer(shape[:5], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
+        path_lat = shape[4] if route_lat_us is None else route_lat_us
+        item = _Transfer(shape[:4], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
         item.tag = tag
         self._start(item)
@@ -246,14 +246,14 @@ class FluidNetwork:
             counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
             for link, cost in dict(costs).items():
                 counts[links == link] *= cost
-            shape = self._shapes[key] = (route, use, links, counts, len(self._shapes),
+            shape = self._shapes[key] = (route, links, counts, len(self._shapes),
                                          sum(self.latency[link] for link in route))
             self._shape_nbytes.append(0.0)
             if self._classes is not None:
                 listed = links.tolist()
                 self._split(self._classes.add(listed, counts.tolist()))
                 for link in listed:
-                    self._crossing.setdefault(link, []).append(shape[4])
+                    self._crossing.setdefault(link, []).append(shape[3])
         return shape
 
     def _split(self, splits: list[tuple[int, list[int]]]) -> None:
@@ -298,9 +298,9 @@ class FluidNetwork:
 
     def stalled(self) -> list[tuple[object, int]]:
         """(tag, dead link) of every transfer left on a link of no capacity."""
-        return [(item.tag, next(link for link in item.use if self.capacity[link] <= 0))
+        return [(item.tag, next(link for link in item.links.tolist() if self.capacity[link] <= 0))
                 for item in self.moving + self._new
-                if item is not None and any(self.capacity[link] <= 0 for link in item.use)]
+                if item is not None and (self.capacity[item.links] <= 0).any()]
 
     def _start(self, item: _Transfer) -> None:
         if item.left <= _DONE or not item.route:
