@@ -57,13 +57,8 @@ class Translation:
     def _cables(fabric, perm: np.ndarray, nodes: int, shift: int) -> None:
         """Each cable onto the one between the shifted ends: a NIC port onto the same port `shift`
         nodes on, a leaf onto the leaf its ports' images hang from, a spine onto itself."""
-        ends: dict[tuple, tuple] = {}
-        for a, b in fabric.cables:
-            for nic, switch in ((a, b), (b, a)):
-                if nic[0] == "nic":
-                    moved = ("nic", (nic[1] + shift) % nodes, *nic[2:])
-                    ends[nic] = moved
-        leaf_of = {a: b for a, b in fabric.cables if a[0] == "nic"}
+        leaf_of = {a: b for a, b in fabric.cables if a[0] == "nic"}  # NIC port -> the leaf it hangs from
+        ends: dict[tuple, tuple] = {nic: ("nic", (nic[1] + shift) % nodes, *nic[2:]) for nic in leaf_of}
         for nic, leaf in leaf_of.items():
             target = leaf_of.get(ends[nic])
             if target is None or ends.setdefault(leaf, target) != target:
