@@ -220,6 +220,19 @@ def _ignoring_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def test_a_rank_whose_launcher_died_before_the_death_signal_was_armed_ends_before_it_runs():
+    # the launcher killed between fork and prctl(PR_SET_PDEATHSIG): the kernel would never signal the child
+    from nicksim.realhw import launch
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that is not this process, standing for the dead launcher
+    child = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=launch._exit_with(gone.pid))
+    assert child.wait(timeout=GUARD_S) == 128 + signal.SIGINT
+    mine = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=launch.exit_with_parent())
+    assert mine.wait(timeout=GUARD_S) == 0
+
+
 # while the ranks start; in their timed iterations; a launcher started in a shell script's background,
 # where SIGINT comes ignored (and stays ignored across exec unless the ranks take it back)
 @pytest.mark.parametrize("wait_s, preexec", [(0.0, None), (2.0, None), (2.0, _ignoring_sigint)])

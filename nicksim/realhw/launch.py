@@ -36,6 +36,12 @@ def exit_with_parent():
     and an ignored signal stays ignored across exec), and, on Linux, gets SIGINT when the thread
     that started it ends (PR_SET_PDEATHSIG, armed between fork and exec, so a launcher killed at
     any moment takes its ranks with it)."""
+    return _exit_with(os.getpid())
+
+
+def _exit_with(parent_pid: int):
+    """exit_with_parent() for a child of `parent_pid`. A parent that dies between fork and the
+    prctl call sends no signal, so a child that finds itself already orphaned once armed ends there."""
     if not sys.platform.startswith("linux"):
         return lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
@@ -43,6 +49,8 @@ def exit_with_parent():
     def arm() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+        if os.getppid() != parent_pid:
+            os._exit(128 + signal.SIGINT)  # as SIGINT would have ended it, before it runs anything
     return arm
 
 # How often a rank looks whether its launcher is still there.
