@@ -1,6 +1,10 @@
 """NCCL's IB transport knobs in the DES (nicksim/model/ib.py): queue pairs per connection, how data is
 split over them, adaptive routing, and the QP timeout that turns a dead link into a completion error."""
+from collections import Counter
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nicksim.calls import call_for_size
 from nicksim.graph.cluster import fabric_route, fabric_routes
@@ -75,6 +79,42 @@ def test_the_spine_routes_between_two_leaves_start_with_the_d_mod_k_one():
     assert [next(hop for hop in r.nodes if hop[0] == "spine")[1] for r in fabric_routes(job.cluster, (0, 0), (6, 0))] \
         == [2, 3, 0, 1]
     assert len(fabric_routes(job.cluster, (0, 0), (1, 0))) == 1  # one leaf: no spine
+
+
+def _spread_whole_paths(paths, weights, short):
+    """The definition _spread keeps: every link of every route with a share, in the routes' order."""
+    share, times = {}, {}
+    for path, weight in zip(paths, weights):
+        if weight <= 0:
+            continue
+        for link, n in Counter(path).items():
+            share[link] = share.get(link, 0.0) + weight * n
+            times[link] = max(times.get(link, 0), n)
+    links = []
+    for link, carried in share.items():
+        links += [link] * times[link]
+        if times[link] - carried > 1e-9:
+            short[link] = short.get(link, 0.0) + times[link] - carried
+    return links
+
+
+_LEG = st.lists(st.integers(0, 9), max_size=4)  # node links (ids below the cables')
+_CABLES = st.lists(st.lists(st.integers(10, 16), min_size=1, max_size=5), min_size=1, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LEG, _CABLES, _LEG.map(lambda leg: [20 + link for link in leg]), st.data())
+def test_a_spread_over_its_parts_lists_what_the_whole_routes_list_in_the_same_order(head, cables, tail, data):
+    # the head and tail are on every route, so they are counted once; the order and the float sums
+    # must be the whole routes' to the last bit (the DES's answers are compared byte for byte)
+    from nicksim.model.engine import _spread
+    weights = tuple(data.draw(st.lists(st.sampled_from([0.0, 0.125, 0.25, 1 / 3, 0.5, 1.0]),
+                                       min_size=len(cables), max_size=len(cables))))
+    short, expected_short = {}, {}
+    got = _spread(tuple(head), tuple(map(tuple, cables)), tuple(tail), weights, short)
+    expected = _spread_whole_paths([tuple(head) + tuple(c) + tuple(tail) for c in cables], weights, expected_short)
+    assert got == expected
+    assert list(short.items()) == list(expected_short.items())
 
 
 # --- NCCL_IB_QPS_PER_CONNECTION -------------------------------------------------------------------

@@ -1019,12 +1019,16 @@ class _Sim:
         slot = 0
         short: dict[int, float] = {}
         for dst in peers_out:
-            route, kind = r.peer(channel, rank, dst)
-            if kind == HW_NET and self.multipath:
-                paths = r.peer_paths(channel, rank, dst)
-                if len(paths) > 1:
-                    route = _spread(paths, self.ib.path_weights(len(paths), first_msg, n_msgs), short)
-            links += route
+            if self.multipath and dst // self.per_node != rank // self.per_node:
+                head, cables, tail = r.net_parts(channel, rank, dst)
+                kind = HW_NET
+                if len(cables) > 1:
+                    links += _spread(head, cables, tail, self.ib.path_weights(len(cables), first_msg, n_msgs), short)
+                else:
+                    links += head + cables[0] + tail
+            else:
+                route, kind = r.peer(channel, rank, dst)
+                links += route
             if kind == HW_NET and slot < NET_CONN_SLOTS and self.params.net_step_us > 0:
                 links.append(r.net_conn(rank, channel, slot))
                 slot += 1
@@ -1068,22 +1072,41 @@ class _Sim:
                 {names[i]: float(self.net.capacity[i]) for i in used})
 
 
-def _spread(paths: tuple[tuple[int, ...], ...], weights: tuple[float, ...], short: dict[int, float]) -> list[int]:
-    """The links of `paths` taken in the proportions `weights` gives them (ib.py path_weights): every
-    link of a route with a share listed (as often as one route crosses it), and in `short` what its
-    listings miss of whole crossings, e.g. 3/4 of a spine cable that a quarter of the bytes cross."""
+def _spread(head: tuple[int, ...], cables: tuple[tuple[int, ...], ...], tail: tuple[int, ...],
+            weights: tuple[float, ...], short: dict[int, float]) -> list[int]:
+    """The links of the routes head + cables[i] + tail taken in the proportions `weights` gives them
+    (ib.py path_weights): every link of a route with a share listed (as often as one route crosses
+    it), and in `short` what its listings miss of whole crossings, e.g. 3/4 of a spine cable that a
+    quarter of the bytes cross. Listed in the order of the routes' links, the first route's first;
+    the head and tail, on every route, are counted once."""
+    used = [(route, weight) for route, weight in zip(cables, weights) if weight > 0]
+    if not used:
+        return []
     share: dict[int, float] = {}
     times: dict[int, int] = {}
-    for path, weight in zip(paths, weights):
-        if weight <= 0:
-            continue
-        for link, n in Counter(path).items():
+    for route, weight in used:
+        for link, n in Counter(route).items():
             share[link] = share.get(link, 0.0) + weight * n
             times[link] = max(times.get(link, 0), n)
+    carried_by_times: dict[int, float] = {}
+
+    def whole(part: tuple[int, ...]) -> list[tuple[int, int, float]]:
+        out = []
+        for link, n in Counter(part).items():
+            if n not in carried_by_times:
+                total = 0.0
+                for _, weight in used:  # summed as a link of every route would be, route by route
+                    total = total + weight * n
+                carried_by_times[n] = total
+            out.append((link, n, carried_by_times[n]))
+        return out
+    cable_items = [(link, times[link], share[link]) for link in share]
+    n_first = len(set(used[0][0]))
+    order = whole(head) + cable_items[:n_first] + whole(tail) + cable_items[n_first:]
     links = []
-    for link, carried in share.items():
-        links += [link] * times[link]
-        missing = times[link] - carried
+    for link, n, carried in order:
+        links += [link] * n
+        missing = n - carried
         if missing > 1e-9:
             short[link] = short.get(link, 0.0) + missing
     return links

@@ -17,7 +17,7 @@
 - `peer_paths(channel, src, dst)`: for a NET peer, `peer`'s route through every spine between the
   two NICs' leaves (peer's own, through the D-mod-K spine, first: fabric.py cable_routes), over
   which queue pairs and adaptive routing spread a connection (ib.py); `peer`'s route alone
-  otherwise.
+  otherwise; `net_parts(channel, src, dst)` the same as (head, cables of every spine route, tail).
 Each route also says which NCCL hardware row prices its steps (NVLINK, PCI or NET). Routes are
 computed once per connection and kept.
 """
@@ -110,14 +110,16 @@ class Router:
         return head + cables[0] + tail, HW_NET
 
     def peer_paths(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
-        return self._cached(("paths", channel, src, dst), lambda: self._peer_paths(channel, src, dst))
-
-    def _peer_paths(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
-        route, kind = self.peer(channel, src, dst)
-        if kind != HW_NET:
-            return (route,)
-        head, cables, tail = self._net_parts(channel, src, dst)
+        if src // self.per_node == dst // self.per_node:
+            return (self.peer(channel, src, dst)[0],)
+        head, cables, tail = self.net_parts(channel, src, dst)
         return tuple(head + c + tail for c in cables)
+
+    def net_parts(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], tuple, tuple[int, ...]]:
+        """`peer_paths` between ranks on different nodes as its three parts: (the sender's GPU to its
+        NIC, the cables of every spine route, D-mod-K's first, the receiver's NIC to its GPU). Kept
+        per part, not per connection: an alltoall has a connection per pair of ranks."""
+        return self._net_parts(channel, src, dst)
 
     def net_cables(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
         """The cables alone of `peer_paths` between ranks on different nodes, D-mod-K's first."""
@@ -169,11 +171,22 @@ class Router:
         recv_net, _ = self._p2p_net(l2, dev(l2), channel)
         if send_net is None or recv_net is None:
             raise UsageError(f"rank {src} or rank {dst} has no NIC", "model", "a system whose nodes have NICs")
-        gpu = self._gpu(src)
-        hops = [(gpu, send_net)] if proxy == l1 else [(gpu, s.gpu_by_rank(proxy)), (s.gpu_by_rank(proxy), send_net)]
-        head = tuple(link for a, b in hops for link in node_route(self.fabric, n1, a, b))
         cables = self._port_cables((n1, self._port(send_net)), (n2, self._port(recv_net)))
-        return head, cables, node_route(self.fabric, n2, recv_net, self._gpu(dst))
+        head = self._cached(("p2p_head", l1, send_net, proxy), lambda: self._p2p_head(l1, send_net, proxy))
+        tail = self._cached(("p2p_tail", l2, recv_net), lambda: node_route(self.fabric, 0, recv_net, self._gpu(l2)))
+        return self._on_node(head, n1), cables, self._on_node(tail, n2)
+
+    def _p2p_head(self, local: int, send_net: int, proxy: int) -> tuple[int, ...]:
+        """A local rank's GPU to the NIC it sends on (through the PXN relay `proxy` where that is not
+        itself), in the first node copy."""
+        s, gpu = self.system, self._gpu(local)
+        hops = [(gpu, send_net)] if proxy == local else [(gpu, s.gpu_by_rank(proxy)), (s.gpu_by_rank(proxy), send_net)]
+        return tuple(link for a, b in hops for link in node_route(self.fabric, 0, a, b))
+
+    def _on_node(self, leg: tuple[int, ...], node: int) -> tuple[int, ...]:
+        """The first node copy's links `leg` in node copy `node`."""
+        base = node * self.fabric.per_node
+        return tuple(base + link for link in leg) if base else leg
 
     def _p2p_net(self, local: int, peer_dev: int, channel: int) -> tuple:
         """paths.p2p_net, the same for every node copy: looked up once."""
@@ -194,8 +207,7 @@ class Router:
         copy but for where its links are numbered, so worked out once per local rank."""
         node, local = divmod(rank, self.per_node)
         leg = self._cached(("leg", channel, local, send), lambda: self._first_node_leg(channel, local, send))
-        base = node * self.fabric.per_node
-        return tuple(base + link for link in leg)
+        return self._on_node(leg, node)
 
     def _first_node_leg(self, channel: int, local: int, send: bool) -> tuple[int, ...]:
         net, gpu = self._net(channel, local), self._gpu(local)
