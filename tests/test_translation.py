@@ -1,5 +1,4 @@
 """Point-to-point calls run by the first block of nodes for every block (nicksim/model/translation.py)."""
-import numpy as np
 import pytest
 
 from nicksim.calls import call_for_size
@@ -7,6 +6,7 @@ from nicksim.job import JobSpec, load_job
 from nicksim.model.engine import des_setup, simulate
 from nicksim.model.fabric import build_fabric
 from nicksim.model.routes import Router
+from nicksim.model import translation
 from nicksim.model.translation import NoTranslation, Translation, programs_shift
 from nicksim.params import read_params
 from nicksim.plan.build import call_plan, job_programs
@@ -84,13 +84,42 @@ def test_a_straggler_keeps_every_node_simulated():
     assert simulate(des_setup(job, stragglers=["9:20us"]), call).n_node_classes == 4
 
 
-def test_a_route_that_does_not_look_the_same_shifted_runs_every_node(monkeypatch):
-    # Where a class-mate's route is not its representative's shifted, the call runs again with
-    # every node: the answer is the whole run's.
-    job = job_of(4, hosts_per_leaf=2)
+@pytest.mark.parametrize("nodes, spec", [(4, {"hosts_per_leaf": 2}), (8, {"hosts_per_leaf": 2, "rail_optimized": False}),
+                                         (6, {"hosts_per_leaf": 3, "fabric": "roce"})])
+def test_every_route_shifted_is_the_shifted_ranks_route(nodes, spec):
+    # What lets the engine take a class-mate's route as its representative's image without working
+    # it out: the router's routes commute with the shift, point-to-point (NICs picked per peer) or not.
+    job = job_of(nodes, **spec)
+    fabric = build_fabric(job.cluster)
+    for graph in ("p2p", "ring"):
+        router = Router(job, fabric, graph, 2)
+        shift = Translation(fabric, router, spec["hosts_per_leaf"])
+        moved = shift.nodes_shift * router.per_node
+        image = lambda links: tuple(shift.image(list(links), 1).tolist())  # noqa: E731
+        for channel in range(2):
+            for src in range(job.nranks):
+                later = lambda rank: (rank + moved) % job.nranks  # noqa: E731
+                assert image([router.cta(src, channel), router.net_conn(src, channel, 1)]) == \
+                    (router.cta(later(src), channel), router.net_conn(later(src), channel, 1))
+                for dst in range(job.nranks):
+                    if src // router.per_node == dst // router.per_node:
+                        assert image(router.peer(channel, src, dst)[0]) == router.peer(channel, later(src), later(dst))[0]
+                        continue
+                    head, cables, tail = router.net_parts(channel, src, dst)
+                    assert (image(head), tuple(map(image, cables)), image(tail)) == \
+                        router.net_parts(channel, later(src), later(dst))
+
+
+def test_a_port_that_comes_down_another_spine_shifted_is_no_symmetry(monkeypatch):
+    # D-mod-K by a position the shift does not keep: the shifted route takes another spine, so the
+    # call runs every node, and its answer is the whole run's (RoCE: one queue pair, one route; over
+    # InfiniBand adaptive routing spreads every connection over all spines alike, P2P_CASES).
+    job = job_of(4, fabric="roce", hosts_per_leaf=2)
     call = call_for_size("alltoall", 4 * MiB, "float", "sum", 0, job.nranks)
     full = simulate(des_setup(job), call, collapse=False)
-    monkeypatch.setattr(Translation, "image", lambda self, links, k: np.asarray(links) + k)
-    fallen_back = simulate(des_setup(job), call)
-    assert fallen_back.n_node_classes == 4
-    assert fallen_back.time_us == full.time_us and fallen_back.link_nbytes == full.link_nbytes
+    monkeypatch.setattr(translation, "spine_position", lambda cluster, dst: dst[0] // 2 + dst[0])
+    with pytest.raises(NoTranslation, match="another spine"):
+        Translation(build_fabric(job.cluster), Router(job, build_fabric(job.cluster), "p2p", 2), 2)
+    every_node = simulate(des_setup(job), call)
+    assert every_node.n_node_classes == 4
+    assert every_node.time_us == full.time_us and every_node.link_nbytes == full.link_nbytes

@@ -24,7 +24,8 @@ from ..topology.system import System
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "fabric_routes", "Route", "format_cluster"]
+__all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "fabric_routes", "fabric_route_hops", "spine_position",
+           "Route", "format_cluster"]
 
 
 @dataclass(frozen=True)
@@ -183,54 +184,51 @@ def fabric_routes(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) 
     single route where the two ports share a leaf or the fabric has fewer than two spines; none
     where they are not connected. Flows spread over several of them where the fabric or the
     transport asks for it (ECMP over a connection's queue pairs, adaptive routing: model/ib.py)."""
-    import networkx as nx
+    g = cluster.graph
+    return tuple(_route_of(g, hops) if len(hops) > 1 else Route(hops, g.nodes[hops[0]]["bw_gbps"], 0.0)
+                 for hops in fabric_route_hops(cluster, src, dst))
+
+
+def fabric_route_hops(cluster: Cluster, src: tuple[int, int], dst: tuple[int, int]) -> tuple[tuple, ...]:
+    """The hops of fabric_routes, worked out from the fabric's two levels without a search: a NIC
+    hangs from one leaf, and every leaf reaches every spine."""
     g = cluster.graph
     a, b = _nic_key(*src), _nic_key(*dst)
     if a not in g or b not in g:
         return ()
-    try:
-        hops = nx.shortest_path(g, a, b)
-    except nx.NetworkXNoPath:
+    if a == b:
+        return ((a,),)
+    leaf_a, leaf_b = _leaf_of(g, a), _leaf_of(g, b)
+    if leaf_a is None or leaf_b is None:
         return ()
-    if len(hops) == 1:
-        return (Route(tuple(hops), g.nodes[a]["bw_gbps"], 0.0),)
-    first = _spread_over_spines(cluster, hops, dst)
-    at = [i for i, hop in enumerate(first) if hop[0] == "spine"]
-    variants = [first]
-    if len(at) == 1 and cluster.spines > 1:
-        i, base = at[0], first[at[0]][1]
-        for k in range(1, cluster.spines):
-            spine = ("spine", (base + k) % cluster.spines)
-            if g.has_edge(first[i - 1], spine) and g.has_edge(spine, first[i + 1]):
-                variants.append(first[:i] + [spine] + first[i + 1:])
-    return tuple(_route_of(g, hops) for hops in variants)
+    if leaf_a == leaf_b:
+        return ((a, leaf_a, b),)
+    if cluster.spines < 1:
+        return ()
+    first = spine_position(cluster, dst) % cluster.spines
+    return tuple((a, leaf_a, ("spine", (first + k) % cluster.spines), leaf_b, b) for k in range(cluster.spines))
 
 
-def _route_of(g: nx.Graph, hops: list) -> Route:
+def _leaf_of(g: nx.Graph, nic: tuple) -> tuple | None:
+    """The leaf a NIC port plugs into (None where it plugs into none: a single node)."""
+    return next(iter(g.neighbors(nic)), None)
+
+
+def spine_position(cluster: Cluster, dst: tuple[int, int]) -> int:
+    """D-mod-K (fabric_route): the position of NIC port `dst` among its leaf's ports, whose value
+    modulo the spines is the spine that routes down to it."""
+    spec = cluster.spec
+    node, port = dst
+    if spec.rail_optimized:
+        return node % spec.hosts_per_leaf
+    return (node * len(cluster.node.nets()) + port) % (spec.hosts_per_leaf * len(cluster.node.nets()))
+
+
+def _route_of(g: nx.Graph, hops) -> Route:
     bw = min(g.edges[u, v]["bw_gbps"] for u, v in zip(hops, hops[1:]))
     lat = sum(g.edges[u, v]["lat_us"] for u, v in zip(hops, hops[1:]))
     lat += sum(g.nodes[n].get("lat_us", 0.0) for n in hops if n[0] != "nic")
     return Route(tuple(hops), bw, lat)
-
-
-def _spread_over_spines(cluster: Cluster, hops: list, dst: tuple[int, int]) -> list:
-    """`hops` with its spine replaced by the destination's (D-mod-K, fabric_route)."""
-    if cluster.spines < 2:
-        return hops
-    at = [i for i, hop in enumerate(hops) if hop[0] == "spine"]
-    if len(at) != 1:
-        return hops
-    spec = cluster.spec
-    node, port = dst
-    if spec.rail_optimized:
-        position = node % spec.hosts_per_leaf
-    else:
-        position = (node * len(cluster.node.nets()) + port) % (spec.hosts_per_leaf * len(cluster.node.nets()))
-    spine = ("spine", position % cluster.spines)
-    i = at[0]
-    if not (cluster.graph.has_edge(hops[i - 1], spine) and cluster.graph.has_edge(spine, hops[i + 1])):
-        return hops
-    return hops[:i] + [spine] + hops[i + 1:]
 
 
 def format_cluster(cluster: Cluster) -> list[str]:

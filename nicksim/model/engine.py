@@ -63,7 +63,7 @@ from .network import FluidNetwork
 from .proxy import ProxyThreads
 from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
-from .translation import NoTranslation, Translation, node_shift
+from .translation import Translation, node_shift
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "Stall", "NetError", "HangReport", "des_setup", "simulate",
            "simulate_sequences", "coarse_plan", "coarse_steps", "default_params", "WATCHDOG_US"]
@@ -962,11 +962,12 @@ class _Sim:
             if collapse is not None:
                 links, short = [], dict()
                 for member in collapse.members(rank, channel):
-                    peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
-                    more, _, less = self._member_route(c, prim, member, channel, member // self.per_node, local,
-                                                       peers, first, n_msgs)
-                    if self.translation is not None:
-                        self._check_shifted(own, short_own, more, less, (member - rank) % self.job.nranks)
+                    if self.translation is not None:  # the member's route is the representative's, shifted
+                        more, less = self._shifted(own, short_own, (member - rank) % self.job.nranks)
+                    else:
+                        peers = [collapse.peer_of(rank, channel, p, member) for p in peers_out]
+                        more, _, less = self._member_route(c, prim, member, channel, member // self.per_node, local,
+                                                           peers, first, n_msgs)
                     links += more
                     for x, d in less.items():
                         short[x] = short.get(x, 0.0) + d
@@ -979,17 +980,16 @@ class _Sim:
             cached = self.routes[key] = (tuple(links), hw, lat if collapse is not None or short else None, shares)
         return cached
 
-    def _check_shifted(self, own, short_own: dict[int, float], route, short: dict[int, float], apart: int) -> None:
-        """A class-mate `apart` ranks on crosses what the representative's route crosses, shifted
-        (translation.py): else NoTranslation, and the call runs with every node."""
+    def _shifted(self, own: tuple[int, ...], short_own: dict[int, float], apart: int
+                 ) -> tuple[list[int], dict[int, float]]:
+        """A class-mate `apart` ranks on: its route and its shares, the representative's shifted
+        (translation.py says why they are)."""
         blocks = apart // self.collapse.shift
-        image = self.translation.image(own, blocks).tolist()
-        if image != list(route) and Counter(image) != Counter(route):  # in the same order, mostly
-            raise NoTranslation(f"a route {apart} ranks on is not its representative's, shifted")
-        if short_own or short:
-            moved = self.translation.image(list(short_own), blocks).tolist()
-            if dict(zip(moved, short_own.values())) != short:
-                raise NoTranslation(f"a route {apart} ranks on is not spread as its representative's")
+        if blocks == 0:
+            return list(own), short_own
+        image = self.translation.image
+        moved = image(list(short_own), blocks).tolist() if short_own else []
+        return image(own, blocks).tolist(), dict(zip(moved, short_own.values()))
 
     def _member_route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out,
                       first_msg: int = 0, n_msgs: int = 1) -> tuple[tuple[int, ...], str, dict[int, float]]:
@@ -1198,15 +1198,12 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
     `merge=False` simulates every channel even where several move in lockstep, `collapse=False`
     every node even where several behave alike (symmetry.py), `mirror=False` divides every link
     even where twins' copies carry the same (mirrors.py)."""
-    try:
-        if mirror:
-            try:
-                return _simulate(setup, call, plan, merge, collapse, mirror=True)
-            except Asymmetric:  # twins' links not crossed alike after all: every link divided
-                pass
-        return _simulate(setup, call, plan, merge, collapse, mirror=False)
-    except NoTranslation:  # a route that does not look the same a block of nodes on: every node run
-        return _simulate(setup, call, plan, merge, collapse=False, mirror=False)
+    if mirror:
+        try:
+            return _simulate(setup, call, plan, merge, collapse, mirror=True)
+        except Asymmetric:  # twins' links not crossed alike after all: every link divided
+            pass
+    return _simulate(setup, call, plan, merge, collapse, mirror=False)
 
 
 def _simulate(setup: DesSetup, call: Call, plan: Plan | None, merge: bool, collapse: bool, mirror: bool) -> DesRun:
@@ -1243,7 +1240,7 @@ def _shift_collapse(sim: "_Sim", programs: dict[int, tuple], mirror: bool) -> di
     setup, job = sim.setup, sim.job
     if job.nodes < 2 or setup.faults or setup.stragglers:
         return programs
-    translation = node_shift(sim.fabric, sim.router, programs, sim.per_node)
+    translation = node_shift(sim.fabric, sim.router, programs, sim.per_node, sim.ib.spreads_evenly)
     if translation is None:
         return programs
     sim.translation = translation

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from ..graph.cluster import Cluster, fabric_routes
+from ..graph.cluster import Cluster, fabric_route_hops
 from ..errors import UsageError
 
 __all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "cable_route", "cable_routes", "net_route",
@@ -105,11 +105,12 @@ def cable_routes(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int]) -> 
     """The cables of every route from NIC port `src` to NIC port `dst` through a distinct spine,
     cable_route's first (cluster.py fabric_routes); one route where no spine offers a choice."""
     (n1, p1), (n2, p2) = src, dst
-    routes = fabric_routes(fabric.cluster, src, dst)
+    routes = fabric_route_hops(fabric.cluster, src, dst)
     if not routes:
         raise UsageError(f"NIC port {p1} of node {n1} does not reach NIC port {p2} of node {n2}", "model",
                          "ports both nodes have, on a connected network")
-    return tuple(tuple(fabric.cables[(a, b)] for a, b in zip(route.nodes, route.nodes[1:])) for route in routes)
+    cables = fabric.cables
+    return tuple(tuple(cables[(a, b)] for a, b in zip(hops, hops[1:])) for hops in routes)
 
 
 def net_route(fabric: Fabric, src: tuple[int, int, int], dst: tuple[int, int, int]) -> tuple[int, ...]:

@@ -63,6 +63,12 @@ class IbTransport:
         on the message)."""
         return self.multipath and not self.adaptive and not self.split_data
 
+    @property
+    def spreads_evenly(self) -> bool:
+        """Whether every connection spreads its bytes evenly over all the spine routes (adaptive
+        routing), so that which spine its D-mod-K route takes does not matter."""
+        return self.multipath and self.adaptive
+
     def n_used(self, n_paths: int) -> int:
         """How many of the `n_paths` routes (the first ones) a connection's bytes can ever take."""
         if not self.multipath:

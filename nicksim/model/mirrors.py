@@ -38,6 +38,7 @@ class Mirrors:
         sizes = Counter(self.twin)
         self.group = [sizes[self.twin[n]] for n in range(self.nodes)]
         self.any = any(size > 1 for size in sizes.values())
+        self._known: dict[int, tuple[int, int]] = {}  # link -> (its canon, the size of the canon's group)
         self._nic_cables: dict[tuple, int] = {}  # (node, port, away from the NIC) -> cable id
         self._cable_owner: dict[int, tuple] = {}
         for (a, b), link in fabric.cables.items():
@@ -72,14 +73,18 @@ class Mirrors:
         copy left out; Asymmetric where a copy's group is not crossed alike."""
         uses = Counter(route)
         groups: dict[int, list[int]] = {}
+        known = self._known
         for link in uses:
-            groups.setdefault(self.canon(link), []).append(link)
+            got = known.get(link)
+            if got is None:
+                got = known[link] = (self.canon(link), self._group_of(self.canon(link)))
+            groups.setdefault(got, []).append(link)
         copies: dict[int, int] = {}
-        for canon, links in groups.items():
-            if len(links) == 1 and links[0] == canon and self._group_of(canon) == 1:
+        for (canon, group), links in groups.items():
+            if len(links) == 1 and links[0] == canon and group == 1:
                 continue
-            if len(links) != self._group_of(canon) or canon not in uses:
-                raise Asymmetric(f"link {canon}: {len(links)} of {self._group_of(canon)} twins' copies")
+            if len(links) != group or canon not in uses:
+                raise Asymmetric(f"link {canon}: {len(links)} of {group} twins' copies")
             for link in links:
                 if (uses[link] != uses[canon] or self.capacity[link] != self.capacity[canon]
                         or abs(short.get(link, 0.0) - short.get(canon, 0.0)) > 1e-12):

@@ -9,15 +9,22 @@ block, as symmetry.py's classes do for rings and trees.
 
 `Translation(fabric, router, nodes_shift)` promises `image(links, k)`: the links that the same
 route, shifted by k blocks, crosses. It exists only where the shift maps every link of the fabric
-onto a link of the same kind, capacity and latency (else `NoTranslation`). `programs_shift(programs,
-shift_ranks, nranks)` says whether every rank's programs are those of the rank `shift_ranks` before
-it with every peer shifted alike. Neither says that the router's routes commute with the shift:
-the engine checks every route it builds (the member's own route against the image of its
-representative's) and runs the call again without classes where one does not.
+onto a link of the same kind, capacity and latency, and every route between two NIC ports onto the
+route between the shifted ports (else `NoTranslation`). Then the router's every route, shifted, is
+the shifted ranks' route: a node copy's links and a rank's own links are numbered from the node and
+the rank (routes.py), a GPU's way to its NIC depends on its local rank alone, and a route between
+NIC ports climbs from the port's leaf to the spine D-mod-K gives the destination's position
+(cluster.py fabric_route_hops): leaves map onto leaves, each spine onto itself, and each port onto
+a port of the same spine, all checked here (`any_spine`: but for the last, where connections spread
+evenly over every spine, ib.py, and routes through different spines are alike). `programs_shift(programs, shift_ranks, nranks)` says
+whether every rank's programs are those of the rank `shift_ranks` before it with every peer
+shifted alike.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from ..graph.cluster import spine_position
 
 __all__ = ["Translation", "NoTranslation", "programs_shift", "node_shift"]
 
@@ -29,7 +36,7 @@ class NoTranslation(Exception):
 class Translation:
     """The shift by `nodes_shift` nodes as a permutation of the fabric's and the ranks' links."""
 
-    def __init__(self, fabric, router, nodes_shift: int):
+    def __init__(self, fabric, router, nodes_shift: int, any_spine: bool = False):
         nodes, per_fabric_node = fabric.nodes, fabric.per_node
         self.nodes_shift, self.per_node = nodes_shift, router.per_node
         n_links = router.n_links
@@ -39,6 +46,8 @@ class Translation:
         perm[:node_links] = (ids + nodes_shift * per_fabric_node) % node_links
         self._cables(fabric, perm, nodes, nodes_shift)
         self._check(fabric, perm)
+        if not any_spine:
+            self._spines_kept(fabric, nodes, nodes_shift)
         nranks = router.job.nranks
         shift_ranks = nodes_shift * self.per_node
         for link in range(router.cta_base, n_links):
@@ -70,6 +79,21 @@ class Translation:
             perm[link] = image
 
     @staticmethod
+    def _spines_kept(fabric, nodes: int, shift: int) -> None:
+        """Every NIC port's shifted port comes down the same spine (D-mod-K), so that the route
+        between shifted ports goes through the spine the unshifted one does."""
+        cluster = fabric.cluster
+        if cluster.spines < 2:
+            return
+        for a, _ in fabric.cables:
+            if a[0] != "nic":
+                continue
+            node, port = a[1], a[2]
+            here = spine_position(cluster, (node, port)) % cluster.spines
+            if spine_position(cluster, ((node + shift) % nodes, port)) % cluster.spines != here:
+                raise NoTranslation(f"NIC port {port} of node {node} comes down another spine {shift} nodes on")
+
+    @staticmethod
     def _check(fabric, perm: np.ndarray) -> None:
         links = fabric.links
         n = len(links)
@@ -99,16 +123,17 @@ def programs_shift(programs: dict[int, tuple], shift_ranks: int, nranks: int) ->
     return all(key(r, shift_ranks) == key((r + shift_ranks) % nranks, 0) for r in range(nranks))
 
 
-def node_shift(fabric, router, programs: dict[int, tuple], per_node: int) -> Translation | None:
+def node_shift(fabric, router, programs: dict[int, tuple], per_node: int, any_spine: bool = False
+               ) -> Translation | None:
     """The shift by the fewest nodes (a divisor of the nodes, fewer than all) under which both the
-    programs and the fabric look the same, or None."""
+    programs and the fabric look the same, or None (`any_spine` as Translation's)."""
     nodes = fabric.nodes
     nranks = nodes * per_node
     for shift in range(1, nodes):
         if nodes % shift:
             continue
         try:
-            translation = Translation(fabric, router, shift)
+            translation = Translation(fabric, router, shift, any_spine)
         except NoTranslation:
             continue
         if programs_shift(programs, shift * per_node, nranks):
