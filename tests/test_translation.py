@@ -84,7 +84,8 @@ def test_a_straggler_keeps_every_node_simulated():
     assert simulate(des_setup(job, stragglers=["9:20us"]), call).n_node_classes == 4
 
 
-@pytest.mark.parametrize("nodes, spec", [(4, {"hosts_per_leaf": 2}), (8, {"hosts_per_leaf": 2, "rail_optimized": False}),
+@pytest.mark.parametrize("nodes, spec", [(4, {"hosts_per_leaf": 2}),
+                                         (8, {"hosts_per_leaf": 2, "rail_optimized": False}),
                                          (6, {"hosts_per_leaf": 3, "fabric": "roce"})])
 def test_every_route_shifted_is_the_shifted_ranks_route(nodes, spec):
     # What lets the engine take a class-mate's route as its representative's image without working
@@ -103,7 +104,8 @@ def test_every_route_shifted_is_the_shifted_ranks_route(nodes, spec):
                     (router.cta(later(src), channel), router.net_conn(later(src), channel, 1))
                 for dst in range(job.nranks):
                     if src // router.per_node == dst // router.per_node:
-                        assert image(router.peer(channel, src, dst)[0]) == router.peer(channel, later(src), later(dst))[0]
+                        shifted = router.peer(channel, later(src), later(dst))[0]
+                        assert image(router.peer(channel, src, dst)[0]) == shifted
                         continue
                     head, cables, tail = router.net_parts(channel, src, dst)
                     assert (image(head), tuple(map(image, cables)), image(tail)) == \

@@ -24,8 +24,8 @@ from ..topology.system import System
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "fabric_routes", "fabric_route_hops", "spine_position",
-           "Route", "format_cluster"]
+__all__ = ["ClusterSpec", "Cluster", "build_cluster", "fabric_route", "fabric_routes", "fabric_route_hops",
+           "spine_position", "Route", "format_cluster"]
 
 
 @dataclass(frozen=True)
@@ -242,7 +242,8 @@ def format_cluster(cluster: Cluster) -> list[str]:
              f"fabric {fab} ({cluster.paths.net_plugin}), {len(nets)} NICs/node at "
              f"{'/'.join(f'{s:g}' for s in speeds) or '-'} Gbit/s, "
              f"{'rail-optimized' if spec.rail_optimized else 'not rail-optimized'}, "
-             f"{cluster.leaves} leaf + {cluster.spines} spine switches, oversubscription {spec.oversubscription:g}:1 ==="]
+             f"{cluster.leaves} leaf + {cluster.spines} spine switches, "
+             f"oversubscription {spec.oversubscription:g}:1 ==="]
     if spec.nodes < 2:
         return lines
     # Paths are NCCL's view of one rank (its P2P/SHM domain); indices below are in that view.

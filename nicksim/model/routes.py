@@ -196,7 +196,8 @@ class Router:
     def _nvls_net(self, channel: int, rank: int) -> int | None:
         """search.cc getNvlsNetDev: the NICs of the NVLS channels the rank heads, by channel."""
         local = rank % self.per_node
-        mine = [inter[0] for intra, inter in zip(self.graph.intra, self.graph.inter) if intra[0] % self.per_node == local]
+        mine = [inter[0] for intra, inter in zip(self.graph.intra, self.graph.inter)
+                if intra[0] % self.per_node == local]
         if not mine:
             return None
         net_id = mine[channel % len(mine)]

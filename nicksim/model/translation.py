@@ -16,9 +16,9 @@ the rank (routes.py), a GPU's way to its NIC depends on its local rank alone, an
 NIC ports climbs from the port's leaf to the spine D-mod-K gives the destination's position
 (cluster.py fabric_route_hops): leaves map onto leaves, each spine onto itself, and each port onto
 a port of the same spine, all checked here (`any_spine`: but for the last, where connections spread
-evenly over every spine, ib.py, and routes through different spines are alike). `programs_shift(programs, shift_ranks, nranks)` says
-whether every rank's programs are those of the rank `shift_ranks` before it with every peer
-shifted alike.
+evenly over every spine, ib.py, and routes through different spines are alike).
+`programs_shift(programs, shift_ranks, nranks)` says whether every rank's programs are those of the
+rank `shift_ranks` before it with every peer shifted alike.
 """
 from __future__ import annotations
 
