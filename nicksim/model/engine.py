@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import NamedTuple
 
+import numpy as np
 import simpy
 
 from ..calls import Call
@@ -463,6 +464,8 @@ class _Sim:
         self.translation: Translation | None = None  # with a collapse by a shift: the shift of links
         self.simulated: frozenset[int] = frozenset()  # with a collapse: the ranks that run a channel
         self.routes: dict[tuple, tuple] = {}
+        self._shares: dict[tuple[int, float], tuple[int, float]] = {}
+        self._link_ids: np.ndarray | None = None
         self._fabric_routes: dict[tuple, tuple[int, ...]] = {}
         self._prim_setups: dict[tuple, _PrimSetup] = {}
         self.pat_conns: dict[tuple, list[int]] = {}
@@ -507,6 +510,7 @@ class _Sim:
     def run(self, c: _CallRun, programs: dict[int, tuple], merge: bool = True) -> None:
         """One call on every rank (channels in lockstep merged unless `merge` is off)."""
         self.groups = self._channel_groups(c, programs) if merge else {ch: [ch] for ch in self._channels(programs)}
+        self._fabric_routes.clear()  # the grouping's alone
         for rep, members in self.groups.items():
             self.weight[rep] = len(members)
             for rank in range(self.job.nranks):  # stand-ins' transfers cross their members' CTA links too
@@ -975,7 +979,9 @@ class _Sim:
                     links, short, copies = self.mirrors.reduce(links, short)
                     self.net.mirror(copies)
             uses = Counter(links)
-            shares = tuple(sorted((x, (uses[x] - d) / uses[x]) for x, d in short.items()))
+            one = self._shares  # one object per (link, share): spread routes list the same ones over and over
+            shares = tuple(sorted(one.setdefault(pair, pair) for pair in ((x, (uses[x] - d) / uses[x])
+                                                                         for x, d in short.items())))
             # The members' routes run side by side: the latency is one route's, not their sum.
             cached = self.routes[key] = (tuple(links), hw, lat if collapse is not None or short else None, shares)
         return cached
@@ -987,9 +993,11 @@ class _Sim:
         blocks = apart // self.collapse.shift
         if blocks == 0:
             return list(own), short_own
-        image = self.translation.image
-        moved = image(list(short_own), blocks).tolist() if short_own else []
-        return image(own, blocks).tolist(), dict(zip(moved, short_own.values()))
+        image, ids = self.translation.image, self._link_ids
+        if ids is None:  # the links' ids as objects made once: the routes of an alltoall hold millions
+            ids = self._link_ids = np.arange(self.translation.perm.size).astype(object)
+        moved = ids[image(list(short_own), blocks)].tolist() if short_own else []
+        return ids[image(own, blocks)].tolist(), dict(zip(moved, short_own.values()))
 
     def _member_route(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out,
                       first_msg: int = 0, n_msgs: int = 1) -> tuple[tuple[int, ...], str, dict[int, float]]:

@@ -184,9 +184,12 @@ class Router:
         return tuple(link for a, b in hops for link in node_route(self.fabric, 0, a, b))
 
     def _on_node(self, leg: tuple[int, ...], node: int) -> tuple[int, ...]:
-        """The first node copy's links `leg` in node copy `node`."""
+        """The first node copy's links `leg` in node copy `node` (one tuple per leg and node: an
+        alltoall's routes hold millions of them)."""
+        if not node:
+            return leg
         base = node * self.fabric.per_node
-        return tuple(base + link for link in leg) if base else leg
+        return self._cached(("on", leg, node), lambda: tuple(base + link for link in leg))
 
     def _p2p_net(self, local: int, peer_dev: int, channel: int) -> tuple:
         """paths.p2p_net, the same for every node copy: looked up once."""
