@@ -244,8 +244,9 @@ class FluidNetwork:
             use = Counter(route)
             links = np.fromiter(use.keys(), dtype=np.int64, count=len(use))
             counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
-            for link, cost in dict(costs).items():
-                counts[links == link] *= cost
+            if costs:  # one pass: a spread route lists hundreds of spine cables at a share
+                cost_of = dict(costs)
+                counts *= np.fromiter((cost_of.get(link, 1.0) for link in use), dtype=np.float64, count=len(use))
             shape = self._shapes[key] = (route, links, counts, len(self._shapes),
                                          sum(self.latency[link] for link in route))
             self._shape_nbytes.append(0.0)
