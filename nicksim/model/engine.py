@@ -451,7 +451,8 @@ class _Sim:
         self.nvls_eff = params.nvls_efficiency
         self.nvs_links = self.router.nvs_links()  # where multimem traffic pays nvls_efficiency
         self.conn_base = self.router.net_conn(0, 0, 0)  # network connection links come last
-        self._conns: dict[tuple, tuple[int, ...]] = {}
+        self._conns: dict[tuple, tuple[int, ...]] = {}  # route -> the network connections it crosses
+        self._bare: dict[tuple, tuple[int, ...]] = {}   # route -> itself without them (LL, LL128)
         self._path_lats: dict[tuple, float] = {}
         self._proxy_threads: dict[tuple[int, int], tuple[int, ...]] = {}
         self.channel_end: dict[int, float] = {}
@@ -807,14 +808,15 @@ class _Sim:
         Simple slice carries its real steps (a coarse slice stands for `factor` x its primitive's
         `steps`) at net_step_us each, whatever their size, on each connection's 1 GB/s link; LL and
         LL128 flag their lines (no flush, no step round trip to wait for) and leave the connections out."""
-        cached = self._conns.get(route)
-        if cached is None:
-            conns = tuple(sorted({x for x in route if x >= self.conn_base}))
-            cached = self._conns[route] = (conns, tuple(x for x in route if x < self.conn_base) if conns else route)
-        conns, bare = cached
+        conns = self._conns.get(route)
+        if conns is None:
+            conns = self._conns[route] = tuple(sorted({x for x in route if x >= self.conn_base}))
         if not conns:
             return route, ()
-        if protocol != "Simple" or wire <= 0:
+        if protocol != "Simple" or wire <= 0:  # the route without its connections, kept only where asked for
+            bare = self._bare.get(route)
+            if bare is None:
+                bare = self._bare[route] = tuple(x for x in route if x < self.conn_base)
             return bare, ()
         cost = self.params.net_step_us * 1e3 * c.factor * steps / wire
         return route, tuple((x, cost) for x in conns)
