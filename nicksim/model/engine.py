@@ -728,7 +728,7 @@ class _Sim:
             return got
         targets = [dst for dst in prim.send_to if dst >= 0]
         route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, targets)
-        net_out = [d for d in targets if c.router.peer(channel, rank, d)[1] == HW_NET]
+        net_out = [d for d in targets if c.router.crosses_network(rank, d)]
         posts = self._proxies(rank, channel) if net_out else ()
         # Round-robin queue pairs: each message takes the next one, so the route moves on per slice.
         by_message = self.multipath and self.ib.round_robin and bool(net_out)
@@ -1029,7 +1029,7 @@ class _Sim:
         slot = 0
         short: dict[int, float] = {}
         for dst in peers_out:
-            if self.multipath and dst // self.per_node != rank // self.per_node:
+            if self.multipath and r.crosses_network(rank, dst):
                 head, cables, tail = r.net_parts(channel, rank, dst)
                 kind = HW_NET
                 if len(cables) > 1:

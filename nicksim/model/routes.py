@@ -17,7 +17,8 @@
 - `peer_paths(channel, src, dst)`: for a NET peer, `peer`'s route through every spine between the
   two NICs' leaves (peer's own, through the D-mod-K spine, first: fabric.py cable_routes), over
   which queue pairs and adaptive routing spread a connection (ib.py); `peer`'s route alone
-  otherwise; `net_parts(channel, src, dst)` the same as (head, cables of every spine route, tail).
+  otherwise; `net_parts(channel, src, dst)` the same as (head, cables of every spine route, tail);
+  `crosses_network(src, dst)` whether `peer` would be NET.
 Each route also says which NCCL hardware row prices its steps (NVLINK, PCI or NET). Routes are
 computed once per connection and kept.
 """
@@ -109,8 +110,13 @@ class Router:
         head, cables, tail = self._net_parts(channel, src, dst)
         return head + cables[0] + tail, HW_NET
 
+    def crosses_network(self, src: int, dst: int) -> bool:
+        """Whether a connection from rank `src` to rank `dst` is NET (on another node), without
+        building its route."""
+        return src // self.per_node != dst // self.per_node
+
     def peer_paths(self, channel: int, src: int, dst: int) -> tuple[tuple[int, ...], ...]:
-        if src // self.per_node == dst // self.per_node:
+        if not self.crosses_network(src, dst):
             return (self.peer(channel, src, dst)[0],)
         head, cables, tail = self.net_parts(channel, src, dst)
         return tuple(head + c + tail for c in cables)
