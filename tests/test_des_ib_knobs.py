@@ -1,6 +1,8 @@
 """NCCL's IB transport knobs in the DES (nicksim/model/ib.py): queue pairs per connection, how data is
 split over them, adaptive routing, and the QP timeout that turns a dead link into a completion error."""
 from collections import Counter
+from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from nicksim.calls import call_for_size
 from nicksim.graph.cluster import fabric_route, fabric_routes
 from nicksim.job import JobSpec, load_job
+from nicksim.model import engine
 from nicksim.model.engine import des_setup, simulate
 from nicksim.model.ib import IbTransport, ib_transport
 from nicksim.params import read_params
@@ -202,6 +205,58 @@ def test_nodes_collapsed_by_symmetry_still_give_the_full_answer_over_several_spi
     assert collapsed.n_node_classes < full.n_node_classes == 8
     assert collapsed.time_us == pytest.approx(full.time_us, rel=0.01)
     assert sum(collapsed.link_nbytes.values()) == pytest.approx(sum(full.link_nbytes.values()), rel=1e-6)
+
+
+def _without_trunks(setup):
+    """The same setup with every connection spread over the spine cables one by one."""
+    return replace(setup, fabric=replace(setup.fabric, trunks=(), trunk_of=MappingProxyType({})), derived={})
+
+
+def test_a_leaf_has_a_trunk_each_way_over_its_cables_to_every_spine():
+    fabric = des_setup(job_of("ib")).fabric
+    names = [link.name for link in fabric.links]
+    assert [(t.name, len(t.members)) for t in fabric.trunks[:2]] == [("spines->leaf(0,0)", 4),
+                                                                    ("leaf(0,0)->spines", 4)]
+    assert {names[x] for x in fabric.trunks[1].members} == {f"leaf(0,0)->spine({k})" for k in range(4)}
+    assert set(fabric.trunk_of) == {x for t in fabric.trunks for x in t.members}
+    # One node: no switch, no trunk.
+    assert des_setup(job_of("ib", nodes=1)).fabric.trunks == ()
+
+
+@pytest.mark.parametrize("fabric, knobs, collective, collapse", [
+    ("ib", [], "all_reduce", True), ("ib", [], "all_reduce", False),
+    ("roce", ["NCCL_IB_ADAPTIVE_ROUTING=1"], "all_gather", True), ("ib", [], "alltoall", True),
+    ("ib", [], "alltoall", False)])
+def test_trunks_give_what_every_spine_cable_at_a_share_gives(monkeypatch, fabric, knobs, collective, collapse):
+    # Adaptive routing spreads every connection evenly, so a leaf's S uplinks each carry 1/S of
+    # what crosses them together: one link of S times their capacity has the same max-min rates.
+    job = job_of(fabric, knobs)
+    setup = des_setup(job)
+    call = call_for_size(collective, 16 * MiB, "float", "sum", 0, job.nranks)
+    crossed = []
+    real = engine.trunk_route
+    monkeypatch.setattr(engine, "trunk_route", lambda f, cables: crossed.append(cables) or real(f, cables))
+    trunked = simulate(setup, call, collapse=collapse)
+    assert any(len(cables) == job.cluster.spines == 4 for cables in crossed)
+    n_crossed = len(crossed)
+    cables = simulate(_without_trunks(setup), call, collapse=collapse)
+    assert len(crossed) == n_crossed  # not used without trunks
+    assert trunked.time_us == pytest.approx(cables.time_us, rel=1e-9)
+    assert trunked.link_nbytes.keys() == cables.link_nbytes.keys()
+    assert spine_bytes(trunked)
+    for link, moved in cables.link_nbytes.items():
+        assert trunked.link_nbytes[link] == pytest.approx(moved, rel=1e-9), link
+        assert trunked.link_busy_us[link] == pytest.approx(cables.link_busy_us[link], rel=1e-9, abs=1e-9), link
+
+
+def test_a_fault_on_a_spine_cable_spreads_over_the_cables_themselves():
+    job = job_of("ib")
+    call = call_for_size("all_reduce", 16 * MiB, "float", "sum", 0, job.nranks)
+    degraded = ["degrade:leaf(0,0)->spine(1):0.02"]
+    slowed = simulate(des_setup(job, faults=degraded), call)
+    assert slowed.time_us == pytest.approx(simulate(_without_trunks(des_setup(job, faults=degraded)), call).time_us,
+                                           rel=1e-12)
+    assert slowed.time_us > 2 * run(job, 16 * MiB).time_us
 
 
 # --- NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT --------------------------------------------------------

@@ -6,10 +6,11 @@ from nicksim.job import JobSpec, load_job
 from nicksim.model.engine import des_setup, simulate
 from nicksim.model.fabric import build_fabric
 from nicksim.model.routes import Router
-from nicksim.model import translation
-from nicksim.model.translation import NoTranslation, Translation, programs_shift
+from nicksim.model import engine, translation
+from nicksim.model.translation import NoTranslation, Translation, programs_shift, transfers_shift
 from nicksim.params import read_params
 from nicksim.plan.build import call_plan, job_programs
+from nicksim.plan.p2p import p2p_setup
 
 MiB = 1 << 20
 
@@ -31,6 +32,11 @@ def test_a_shift_by_a_leafs_nodes_maps_every_link_onto_one_like_it():
     # Two shifts by two of four nodes bring every link back; a rank's CTA link goes to the rank 16 on.
     assert shift.image(range(router.n_links), 2).tolist() == list(range(router.n_links))
     assert shift.image([router.cta(3, 1)], 1).tolist() == [router.cta(19, 1)]
+    # A leaf's trunk (its cables to every spine as one link) goes to the image leaf's, up to up.
+    trunk = {(t.leaf, t.up): len(fabric.links) + i for i, t in enumerate(fabric.trunks)}
+    assert len(trunk) == 2 * fabric.cluster.leaves
+    assert shift.image([trunk[(("leaf", 1, 1), True)]], 1).tolist() == [trunk[(("leaf", 1, 0), True)]]
+    assert shift.image([trunk[(("leaf", 0, 0), False)]], 1).tolist() == [trunk[(("leaf", 0, 1), False)]]
 
 
 def test_a_shift_that_splits_a_leaf_is_no_symmetry():
@@ -49,6 +55,11 @@ def test_alltoall_and_sendrecv_programs_look_the_same_a_node_on():
         assert not programs_shift(programs, 3, job.nranks)  # local ranks do not look alike
         # Take one rank's programs away: the shift no longer holds.
         assert not programs_shift({r: p for r, p in programs.items() if r != 5}, 8, job.nranks)
+        # Asked of the transfers the programs are built from, the answer is the same.
+        setup = p2p_setup(job)
+        for shift in (8, 16, 3, 4, 12):
+            assert transfers_shift(lambda r: setup.transfers(call, r), shift, job.nranks) == \
+                programs_shift(programs, shift, job.nranks), (collective, shift)
 
 
 P2P_CASES = [
@@ -125,3 +136,35 @@ def test_a_port_that_comes_down_another_spine_shifted_is_no_symmetry(monkeypatch
     every_node = simulate(des_setup(job), call)
     assert every_node.n_node_classes == 4
     assert every_node.time_us == full.time_us and every_node.link_nbytes == full.link_nbytes
+
+
+@pytest.mark.parametrize("env, spec, shares", [
+    ({}, {"nodes": 8, "hosts_per_leaf": 2}, False),  # InfiniBand, adaptive routing: over the trunks
+    ({"NCCL_IB_QPS_PER_CONNECTION": "4"}, {"nodes": 4, "hosts_per_leaf": 2, "fabric": "roce"}, True)])  # ECMP
+def test_a_class_worked_out_on_arrays_is_what_reducing_every_mates_route_gives(monkeypatch, env, spec, shares):
+    # The class-mates' routes as images, their twins' copies left out on arrays, against every
+    # mate's route listed and Mirrors.reduce'd: the same links in the same order, bit for bit.
+    job = job_of(spec.pop("nodes"), env, **spec)
+    call = call_for_size("alltoall", 4 * MiB, "float", "sum", 0, job.nranks)
+    on_arrays = simulate(des_setup(job), call)
+    seen = []
+
+    def listed_and_reduced(self, own, short_own, rank, channel):
+        links, short = [], {}
+        for member in self.collapse.members(rank, channel):
+            more, less = self._shifted(own, short_own, (member - rank) % self.job.nranks)
+            links += more
+            for x, d in less.items():
+                short[x] = short.get(x, 0.0) + d
+        got = self.mirrors.reduce(links, short)
+        seen.append((got == real(self, own, short_own, rank, channel), bool(got[1])))
+        return got
+
+    real = engine._Sim._shifted_class
+    monkeypatch.setattr(engine._Sim, "_shifted_class", listed_and_reduced)
+    reduced = simulate(des_setup(job), call)
+    assert on_arrays.n_node_classes == reduced.n_node_classes < job.nodes
+    assert seen and all(same for same, _ in seen)
+    assert any(spread for _, spread in seen) == shares  # links crossed by a share of the bytes
+    assert (on_arrays.time_us, on_arrays.link_nbytes, on_arrays.link_busy_us) == \
+        (reduced.time_us, reduced.link_nbytes, reduced.link_busy_us)

@@ -3,23 +3,24 @@
 `build_fabric(cluster)` lists, for each node copy, every directed link of the node's System (NVLink
 to GPUs and NVSwitches, PCIe, C2C, the CPU interconnect, NIC to NET) at NCCL's bandwidth, then every
 cable of the inter-node network (NIC port, leaf and spine switches) in both directions, a switch's
-latency counted on the cables entering it. Routes are tuples of link ids, so that concurrent
-transfers can share what they cross (flows.py): `node_route` follows NCCL's own path between two
-nodes of one node copy (paths.py), `net_route` goes from a GPU through its NIC, the network and the
-peer's NIC to the peer GPU. Links are named `node0:GPU/0->NVS/0` (the k-th node of its kind in
-NCCL's order) and `nic(0,1)->leaf(1,0)`.
+latency counted on the cables entering it; after them, a trunk per leaf and direction (its cables
+to or from every spine as one link, for connections spread evenly over the spines). Routes are
+tuples of link ids, so that concurrent transfers can share what they cross (flows.py):
+`node_route` follows NCCL's own path between two nodes of one node copy (paths.py), `net_route`
+goes from a GPU through its NIC, the network and the peer's NIC to the peer GPU. Links are named
+`node0:GPU/0->NVS/0` (the k-th node of its kind in NCCL's order) and `nic(0,1)->leaf(1,0)`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from ..graph.cluster import Cluster, fabric_route_hops
 from ..errors import UsageError
 
-__all__ = ["FabricLink", "Fabric", "build_fabric", "node_route", "cable_route", "cable_routes", "net_route",
-           "format_fabric"]
+__all__ = ["FabricLink", "Trunk", "Fabric", "build_fabric", "node_route", "cable_route", "cable_routes", "net_route",
+           "trunk_route", "format_fabric"]
 
 
 @dataclass(frozen=True)
@@ -34,15 +35,33 @@ class FabricLink:
 
 
 @dataclass(frozen=True)
+class Trunk:
+    """A leaf's cables to every spine (`up`) or from every spine, as one link. Where a connection
+    between two leaves spreads its bytes evenly over every spine route (adaptive routing, ib.py),
+    each of those S cables carries exactly 1/S of what crosses them together at every moment, so
+    for max-min fairness they act as one link of S times a cable's capacity crossed whole: the
+    division and every route see two links where they saw 2 x S at a share each."""
+
+    name: str
+    leaf: tuple
+    up: bool
+    members: tuple[int, ...]  # cable ids, by spine
+
+
+@dataclass(frozen=True)
 class Fabric:
     """Every directed link of the job. Node copy n owns ids [n * per_node, (n + 1) * per_node) in the
-    order of its System's nodes and their links; the network's cables follow."""
+    order of its System's nodes and their links; the network's cables follow, then the trunks (ids
+    from len(links) on; not links of their own: no fault names them, no report lists them)."""
 
     cluster: Cluster
     links: tuple[FabricLink, ...]
     per_node: int
     local: Mapping[tuple[int, int], int]     # (System node index, link position) -> id within a node copy
     cables: Mapping[tuple, int]              # (from, to) cluster graph nodes -> id
+    trunks: tuple[Trunk, ...] = ()           # none where a leaf's spine cables are not all alike
+    # leaf-spine cable id -> its trunk's id
+    trunk_of: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def nodes(self) -> int:
@@ -81,7 +100,26 @@ def build_fabric(cluster: Cluster) -> Fabric:
             cables[(a, b)] = len(links)
             lat = data["lat_us"] + graph.nodes[b].get("lat_us", 0.0)
             links.append(FabricLink(f"{_cable_label(a)}->{_cable_label(b)}", "CABLE", data["bw_gbps"], lat))
-    return Fabric(cluster, tuple(links), len(node_links), MappingProxyType(local), MappingProxyType(cables))
+    trunks = _trunks(cables, links, cluster.spines)
+    trunk_of = {cable: len(links) + i for i, trunk in enumerate(trunks) for cable in trunk.members}
+    return Fabric(cluster, tuple(links), len(node_links), MappingProxyType(local), MappingProxyType(cables),
+                  trunks, MappingProxyType(trunk_of))
+
+
+def _trunks(cables: Mapping[tuple, int], links: list[FabricLink], spines: int) -> tuple[Trunk, ...]:
+    """Every leaf's trunk up and down, ordered by leaf; none unless every leaf reaches every spine over
+    cables alike (capacity and latency), which is what makes a trunk exact."""
+    groups: dict[tuple, list[int]] = {}
+    for (a, b), link in cables.items():
+        if a[0] == "leaf" and b[0] == "spine":
+            groups.setdefault((a, True), []).append(link)
+        elif a[0] == "spine" and b[0] == "leaf":
+            groups.setdefault((b, False), []).append(link)
+    alike = lambda members: len({(links[x].bw_gbps, links[x].lat_us) for x in members}) == 1  # noqa: E731
+    if spines < 2 or any(len(m) != spines or not alike(m) for m in groups.values()):
+        return ()
+    return tuple(Trunk(f"{_cable_label(leaf)}->spines" if up else f"spines->{_cable_label(leaf)}", leaf, up,
+                       tuple(sorted(members))) for (leaf, up), members in sorted(groups.items()))
 
 
 def node_route(fabric: Fabric, node: int, src: int, dst: int) -> tuple[int, ...]:
@@ -111,6 +149,13 @@ def cable_routes(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int]) -> 
                          "ports both nodes have, on a connected network")
     cables = fabric.cables
     return tuple(tuple(cables[(a, b)] for a, b in zip(hops, hops[1:])) for hops in routes)
+
+
+def trunk_route(fabric: Fabric, cables: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+    """cable_routes' routes between two NIC ports crossed evenly together, as one route over the
+    leaves' trunks (Trunk): the first route with each leaf-spine cable replaced by its trunk."""
+    trunk_of = fabric.trunk_of
+    return tuple(trunk_of.get(link, link) for link in cables[0])
 
 
 def net_route(fabric: Fabric, src: tuple[int, int, int], dst: tuple[int, int, int]) -> tuple[int, ...]:

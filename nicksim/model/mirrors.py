@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 __all__ = ["Mirrors", "Asymmetric"]
 
 
@@ -39,6 +41,7 @@ class Mirrors:
         self.group = [sizes[self.twin[n]] for n in range(self.nodes)]
         self.any = any(size > 1 for size in sizes.values())
         self._known: dict[int, tuple[int, int]] = {}  # link -> (its canon, the size of the canon's group)
+        self._canon_of: np.ndarray | None = None
         self._nic_cables: dict[tuple, int] = {}  # (node, port, away from the NIC) -> cable id
         self._cable_owner: dict[int, tuple] = {}
         for (a, b), link in fabric.cables.items():
@@ -95,6 +98,13 @@ class Mirrors:
             return list(route), short, copies
         kept = [link for link in route if link not in copies]
         return kept, {x: d for x, d in short.items() if x not in copies}, copies
+
+    def canon_of(self) -> np.ndarray:
+        """`canon` of every link id, as one array (made once)."""
+        if self._canon_of is None:
+            self._canon_of = np.fromiter((self.canon(link) for link in range(self.router.n_links)), dtype=np.int64,
+                                         count=self.router.n_links)
+        return self._canon_of
 
     def _group_of(self, canon: int) -> int:
         node = self._owner(canon)

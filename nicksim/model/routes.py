@@ -37,7 +37,8 @@ NET_CONN_SLOTS = 2  # network peers one primitive sends to at most (a tree node'
 
 
 class Router:
-    """Routes of one job's connections over its fabric, plus the CTA links (ids after the fabric's)."""
+    """Routes of one job's connections over its fabric, plus the CTA links (ids after the fabric's
+    links and trunks)."""
 
     def __init__(self, job, fabric: Fabric, graph_name: str, n_channels: int):
         self.job, self.fabric = job, fabric
@@ -50,7 +51,7 @@ class Router:
         self.graph_name = graph_name if graph_name in graphs else "ring"
         self.graph = graphs[self.graph_name]
         self.n_channels = max(1, n_channels)
-        self.cta_base = len(fabric.links)
+        self.cta_base = len(fabric.links) + len(fabric.trunks)
         self._cache: dict[tuple, tuple] = {}
         nvs = self.system.of_kind("NVS")
         self.nvs = nvs[0] if nvs else None

@@ -18,15 +18,18 @@ NIC ports climbs from the port's leaf to the spine D-mod-K gives the destination
 a port of the same spine, all checked here (`any_spine`: but for the last, where connections spread
 evenly over every spine, ib.py, and routes through different spines are alike).
 `programs_shift(programs, shift_ranks, nranks)` says whether every rank's programs are those of the
-rank `shift_ranks` before it with every peer shifted alike.
+rank `shift_ranks` before it with every peer shifted alike; `transfers_shift` says it of the
+transfers the programs are built from, without building them.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from ..graph.cluster import spine_position
 
-__all__ = ["Translation", "NoTranslation", "programs_shift", "node_shift"]
+__all__ = ["Translation", "NoTranslation", "programs_shift", "transfers_shift", "node_shift"]
 
 
 class NoTranslation(Exception):
@@ -44,7 +47,8 @@ class Translation:
         node_links = per_fabric_node * nodes
         ids = np.arange(node_links, dtype=np.int64)
         perm[:node_links] = (ids + nodes_shift * per_fabric_node) % node_links
-        self._cables(fabric, perm, nodes, nodes_shift)
+        ends = self._cables(fabric, perm, nodes, nodes_shift)
+        self._trunks(fabric, perm, ends)
         self._check(fabric, perm)
         if not any_spine:
             self._spines_kept(fabric, nodes, nodes_shift)
@@ -63,7 +67,7 @@ class Translation:
         return self._powers[k][np.asarray(links, dtype=np.int64)]
 
     @staticmethod
-    def _cables(fabric, perm: np.ndarray, nodes: int, shift: int) -> None:
+    def _cables(fabric, perm: np.ndarray, nodes: int, shift: int) -> dict[tuple, tuple]:
         """Each cable onto the one between the shifted ends: a NIC port onto the same port `shift`
         nodes on, a leaf onto the leaf its ports' images hang from, a spine onto itself."""
         leaf_of = {a: b for a, b in fabric.cables if a[0] == "nic"}  # NIC port -> the leaf it hangs from
@@ -76,6 +80,18 @@ class Translation:
             image = fabric.cables.get((ends.get(a, a), ends.get(b, b)))
             if image is None:
                 raise NoTranslation(f"cable {a}->{b} has no image under a shift of {shift} nodes")
+            perm[link] = image
+        return ends
+
+    @staticmethod
+    def _trunks(fabric, perm: np.ndarray, ends: dict[tuple, tuple]) -> None:
+        """Each leaf's trunk onto the image leaf's (fabric.py Trunk; all alike where there are any)."""
+        base = len(fabric.links)
+        at = {(trunk.leaf, trunk.up): base + i for i, trunk in enumerate(fabric.trunks)}
+        for (leaf, up), link in at.items():
+            image = at.get((ends.get(leaf, leaf), up))
+            if image is None:
+                raise NoTranslation(f"the trunk of {leaf} has no image")
             perm[link] = image
 
     @staticmethod
@@ -105,30 +121,59 @@ class Translation:
                 raise NoTranslation(f"{a.name} and its image {b.name} differ")
 
 
-def _shifted(peers: tuple[int, ...], shift: int, nranks: int) -> tuple[int, ...]:
-    return tuple((p + shift) % nranks if p >= 0 else p for p in peers)
+def _apart(peers: tuple[int, ...], rank: int, nranks: int) -> tuple[int, ...]:
+    """Each peer as how far on from `rank` it is (a switch, negative, as itself)."""
+    return tuple((p - rank) % nranks if p >= 0 else p for p in peers)
 
 
 def programs_shift(programs: dict[int, tuple], shift_ranks: int, nranks: int) -> bool:
     """Whether every rank's point-to-point programs are, channel by channel and primitive by
     primitive, those of the rank `shift_ranks` before it with every peer shifted alike. Offsets are
     left out: they place a rank's pieces in its own buffers (an alltoall's block r at r x its size),
-    which a transfer's timing does not depend on."""
-    def key(rank: int, shift: int) -> list:
+    which a transfer's timing does not depend on. Peers are compared by how far on from their rank
+    they are, which is the same test ((p + shift) mod n is p' exactly when p - r and p' - (r + shift)
+    agree mod n) with one key per rank."""
+    def key(rank: int) -> list:
         return [(prog.channel, stream.protocol, prim.op, prim.nelem, prim.pat, prim.conn, prim.steps,
-                 _shifted(prim.recv_from, shift, nranks), _shifted(prim.send_to, shift, nranks))
+                 _apart(prim.recv_from, rank, nranks), _apart(prim.send_to, rank, nranks))
                 for prog in programs.get(rank, ()) for stream in prog.streams for prim in stream.prims] + [
                 (prog.channel, len(prog.streams), tuple(len(stream.prims) for stream in prog.streams))
                 for prog in programs.get(rank, ())]
-    return all(key(r, shift_ranks) == key((r + shift_ranks) % nranks, 0) for r in range(nranks))
+    return _each_as_shifted(key, shift_ranks, nranks)
 
 
-def node_shift(fabric, router, programs: dict[int, tuple], per_node: int, any_spine: bool = False
+def transfers_shift(transfers_of: Callable[[int], list], shift_ranks: int, nranks: int) -> bool:
+    """programs_shift asked of the transfers the programs are built from (`transfers_of(rank)`:
+    plan/p2p.py p2p_transfers): programs are a function of a rank's transfers and, through the
+    buffer offsets alone, of the ranks (p2p.py transfers_programs), so shifted transfers make
+    shifted programs, and only the ranks that run need theirs built."""
+    def key(rank: int) -> list:
+        return [(t.round, t.send, t.nbytes, t.protocol, t.chunk_nbytes, t.channels, (t.peer - rank) % nranks)
+                for t in transfers_of(rank)]
+    return _each_as_shifted(key, shift_ranks, nranks)
+
+
+def _each_as_shifted(key: Callable[[int], list], shift_ranks: int, nranks: int) -> bool:
+    """Whether every rank's key is the key of the rank `shift_ranks` on, each key made once (kept
+    only until its rank's turn)."""
+    keys: dict[int, list] = {}
+    for r in range(nranks):
+        mate = (r + shift_ranks) % nranks
+        here = keys.pop(r) if r in keys else key(r)
+        there = keys.get(mate)
+        if there is None:
+            there = keys[mate] = key(mate)
+        if here != there:
+            return False
+    return True
+
+
+def node_shift(fabric, router, looks_shifted: Callable[[int], bool], per_node: int, any_spine: bool = False
                ) -> Translation | None:
     """The shift by the fewest nodes (a divisor of the nodes, fewer than all) under which both the
-    programs and the fabric look the same, or None (`any_spine` as Translation's)."""
+    fabric and the call look the same (`looks_shifted(shift_ranks)`: programs_shift or
+    transfers_shift of its programs), or None (`any_spine` as Translation's)."""
     nodes = fabric.nodes
-    nranks = nodes * per_node
     for shift in range(1, nodes):
         if nodes % shift:
             continue
@@ -136,6 +181,6 @@ def node_shift(fabric, router, programs: dict[int, tuple], per_node: int, any_sp
             translation = Translation(fabric, router, shift, any_spine)
         except NoTranslation:
             continue
-        if programs_shift(programs, shift * per_node, nranks):
+        if looks_shifted(shift * per_node):
             return translation
     return None

@@ -33,8 +33,8 @@ from ..tuning.p2p import p2p_ll_threshold_nbytes
 from .chunking import NCCL_STEPS, Plan
 from .programs import ChannelProgram, Prim, Stream
 
-__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks", 
-           "u32fp8_round", "P2pSetup", "p2p_setup", "p2p_summary"]
+__all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2p_programs", "p2p_stream_chunks",
+           "transfers_programs", "transfers_stream_chunks", "u32fp8_round", "P2pSetup", "p2p_setup", "p2p_summary"]
 
 # NCCL_P2P_LL_THRESHOLD's default, from the knob table
 _LL_THRESHOLD_NBYTES = KNOBS["NCCL_P2P_LL_THRESHOLD"].default
@@ -195,6 +195,28 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
     fewest = most
     while fewest * n > n_p2p_channels and fewest > 1:
         fewest //= 2
+
+    def shape(self_send: bool, network: bool) -> tuple[str, int, int]:
+        """(protocol, data bytes per chunk, parts) of a peer's bytes: the same for every peer alike."""
+        if not parts_first:  # LL while the bytes fit nChannelsMax x 16 KiB
+            protocol = "LL" if (not self_send and peer_nbytes <= most * ll_threshold_nbytes) else "Simple"
+        else:  # parts first, by the Simple step; LL while the bytes fit them x 16 KiB
+            parts = _parts(peer_nbytes, p2p_chunk_nbytes, nodes, fewest, most)
+            protocol = "LL" if (not self_send and peer_nbytes <= parts * ll_threshold_nbytes) else "Simple"
+        step = ll_buff_nbytes // NCCL_STEPS if protocol == "LL" else p2p_chunk_nbytes
+        chunk = step
+        if network:
+            if protocol == "Simple" and peer_nbytes < step:
+                chunk //= 4
+            elif peer_nbytes < 8 * step:
+                chunk //= 2
+        data = u32fp8_round(chunk // 2 if protocol == "LL" else chunk)
+        if not parts_first:
+            parts = _parts(peer_nbytes, step, nodes, fewest, most)
+        return protocol, data, parts
+
+    shapes: dict[tuple[bool, bool], tuple[str, int, int]] = {}  # an alltoall asks for three, n times each
+    channel_sets: dict[tuple[int, int], tuple[int, ...]] = {}
     out = []
     for round_, (send_rank, recv_rank) in enumerate(p2p_schedule(rank, nodes, per_node, version_minor, group_size)):
         wanted = []
@@ -207,24 +229,15 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
                 wanted.append((False, recv_rank))
         base = _channel_base(round_, nodes, per_node, n_p2p_channels, version_minor, group_size)
         for send, peer in wanted:
-            self_send = peer == rank
-            network = peer // per_node != rank // per_node
-            if not parts_first:  # LL while the bytes fit nChannelsMax x 16 KiB
-                protocol = "LL" if (not self_send and peer_nbytes <= most * ll_threshold_nbytes) else "Simple"
-            else:  # parts first, by the Simple step; LL while the bytes fit them x 16 KiB
-                parts = _parts(peer_nbytes, p2p_chunk_nbytes, nodes, fewest, most)
-                protocol = "LL" if (not self_send and peer_nbytes <= parts * ll_threshold_nbytes) else "Simple"
-            step = ll_buff_nbytes // NCCL_STEPS if protocol == "LL" else p2p_chunk_nbytes
-            chunk = step
-            if network:
-                if protocol == "Simple" and peer_nbytes < step:
-                    chunk //= 4
-                elif peer_nbytes < 8 * step:
-                    chunk //= 2
-            data = u32fp8_round(chunk // 2 if protocol == "LL" else chunk)
-            if not parts_first:
-                parts = _parts(peer_nbytes, step, nodes, fewest, most)
-            channels = tuple(_channel_for_part(n_p2p_channels, base, p, version_minor) for p in range(parts))
+            key = (peer == rank, peer // per_node != rank // per_node)
+            got = shapes.get(key)
+            if got is None:
+                got = shapes[key] = shape(*key)
+            protocol, data, parts = got
+            channels = channel_sets.get((base, parts))
+            if channels is None:
+                channels = channel_sets[(base, parts)] = tuple(
+                    _channel_for_part(n_p2p_channels, base, p, version_minor) for p in range(parts))
             out.append(P2pTransfer(round_, peer, send, peer_nbytes, protocol, data, channels))
     return out
 
@@ -252,16 +265,31 @@ def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_ch
                       ) -> list[int]:
     """How many chunks each of `rank`'s point-to-point streams moves (p2p_programs' stream order);
     `ll` is (LL buffer, LL threshold) where they are not NCCL's defaults."""
+    return transfers_stream_chunks(p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer,
+                                                 p2p_chunk_nbytes, version_minor, group_size, *(ll or ())), rank)
+
+
+def transfers_stream_chunks(transfers: list[P2pTransfer], rank: int) -> list[int]:
+    """p2p_stream_chunks of `rank`'s transfers as p2p_transfers gives them."""
     out = []
-    for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
-                           group_size, *(ll or ())):
+    bounds = _Bounds()
+    for t in transfers:
         if t.peer == rank:  # one copy per part, by the send alone (p2p_programs)
             out += [1] * len(t.channels) if t.send else []
             continue
-        for part in range(len(t.channels)):
-            beg, end = _part_bounds(len(t.channels), part, t.nbytes)
-            out.append(max(1, _div_up(end - beg, t.chunk_nbytes)))
+        out += [max(1, _div_up(end - beg, t.chunk_nbytes)) for beg, end in bounds(len(t.channels), t.nbytes)]
     return out
+
+
+class _Bounds(dict):
+    """_part_bounds of every part of a transfer, worked out once per parts and size (a rank's
+    transfers to its peers are mostly alike)."""
+
+    def __call__(self, n_parts: int, nbytes: int) -> tuple[tuple[int, int], ...]:
+        got = self.get((n_parts, nbytes))
+        if got is None:
+            got = self[(n_parts, nbytes)] = tuple(_part_bounds(n_parts, part, nbytes) for part in range(n_parts))
+        return got
 
 
 def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channels: int, per_peer: int,
@@ -270,23 +298,30 @@ def p2p_programs(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channel
     """The primitive programs `rank` runs for a sendrecv or alltoall: per channel, one stream per
     transfer part (NCCL runs up to 8 p2p works of a channel side by side), a primitive per chunk —
     or per `chunks_per_prim` consecutive chunks, as one primitive over their bytes."""
+    return transfers_programs(call, rank, p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer,
+                                                        p2p_chunk_nbytes, version_minor, group_size, *(ll or ())),
+                              chunks_per_prim)
+
+
+def transfers_programs(call: Call, rank: int, transfers: list[P2pTransfer], chunks_per_prim: int = 1
+                       ) -> tuple[ChannelProgram, ...]:
+    """p2p_programs from `rank`'s transfers as p2p_transfers gives them: a function of the transfers
+    and, through the buffer offsets alone, of the ranks (translation.py relies on it)."""
     streams: dict[int, list[Stream]] = {}
-    for t in p2p_transfers(call, rank, nodes, per_node, n_p2p_channels, per_peer, p2p_chunk_nbytes, version_minor,
-                           group_size, *(ll or ())):
+    bounds = _Bounds()
+    for t in transfers:
         src, dst = (rank, t.peer) if t.send else (t.peer, rank)
         origin = _segment(call, src, dst)
         if t.peer == rank:
             # sendrecv.h runSend: a send to itself is one copy of the send buffer into the receive
             # buffer by the send's work (none where they are the same); the receive does nothing.
             if t.send:
-                for part, channel in enumerate(t.channels):
-                    beg, end = _part_bounds(len(t.channels), part, t.nbytes)
+                for part, (channel, (beg, end)) in enumerate(zip(t.channels, bounds(len(t.channels), t.nbytes))):
                     streams.setdefault(channel, []).append(
                         Stream(f"copy r{t.round} self part {part}", (Prim("copy", origin + beg, end - beg),),
                                t.protocol))
             continue
-        for part, channel in enumerate(t.channels):
-            beg, end = _part_bounds(len(t.channels), part, t.nbytes)
+        for part, (channel, (beg, end)) in enumerate(zip(t.channels, bounds(len(t.channels), t.nbytes))):
             prims, cursor = [], beg
             while True:
                 n = min(t.chunk_nbytes * chunks_per_prim, end - cursor)
@@ -319,13 +354,19 @@ class P2pSetup:
     def _ll(self) -> tuple[int, int]:
         return self.ll_buff_nbytes, self.ll_threshold_nbytes
 
-    def programs(self, call: Call, rank: int, chunks_per_prim: int = 1) -> tuple[ChannelProgram, ...]:
-        return p2p_programs(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,
-                            self.chunk_nbytes, self.version_minor, self.group_size, chunks_per_prim, self._ll)
+    def programs(self, call: Call, rank: int, chunks_per_prim: int = 1,
+                 transfers: list[P2pTransfer] | None = None) -> tuple[ChannelProgram, ...]:
+        """p2p_programs (from `transfers` where they are at hand)."""
+        return transfers_programs(call, rank, self.transfers(call, rank) if transfers is None else transfers,
+                                  chunks_per_prim)
 
-    def stream_chunks(self, call: Call, rank: int) -> list[int]:
-        return p2p_stream_chunks(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,
-                                 self.chunk_nbytes, self.version_minor, self.group_size, self._ll)
+    def stream_chunks(self, call: Call, rank: int, transfers: list[P2pTransfer] | None = None) -> list[int]:
+        """p2p_stream_chunks (from `transfers` where they are at hand)."""
+        return transfers_stream_chunks(self.transfers(call, rank) if transfers is None else transfers, rank)
+
+    def transfers(self, call: Call, rank: int) -> list[P2pTransfer]:
+        return p2p_transfers(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,
+                             self.chunk_nbytes, self.version_minor, self.group_size, *self._ll)
 
     def plan_record(self, call: Call, programs: tuple[ChannelProgram, ...]) -> Plan:
         """A Plan standing for the call: algorithm "P2P", Simple where any stream of `programs`
