@@ -6,8 +6,9 @@ from nicksim.job import JobSpec, load_job
 from nicksim.model.engine import des_setup, simulate
 from nicksim.model.fabric import build_fabric
 from nicksim.model.routes import Router
+from nicksim.model.symmetry import Collapse
 from nicksim.model import engine, translation
-from nicksim.model.translation import NoTranslation, Translation, programs_shift, transfers_shift
+from nicksim.model.translation import NoTranslation, Translation, programs_shift, transfers_key, transfers_shift
 from nicksim.params import read_params
 from nicksim.plan.build import call_plan, job_programs
 from nicksim.plan.p2p import p2p_setup
@@ -57,9 +58,9 @@ def test_alltoall_and_sendrecv_programs_look_the_same_a_node_on():
         assert not programs_shift({r: p for r, p in programs.items() if r != 5}, 8, job.nranks)
         # Asked of the transfers the programs are built from, the answer is the same.
         setup = p2p_setup(job)
+        keys = [transfers_key(setup.transfers(call, r), r, job.nranks) for r in range(job.nranks)]
         for shift in (8, 16, 3, 4, 12):
-            assert transfers_shift(lambda r: setup.transfers(call, r), shift, job.nranks) == \
-                programs_shift(programs, shift, job.nranks), (collective, shift)
+            assert transfers_shift(keys, shift) == programs_shift(programs, shift, job.nranks), (collective, shift)
 
 
 P2P_CASES = [
@@ -149,15 +150,15 @@ def test_a_class_worked_out_on_arrays_is_what_reducing_every_mates_route_gives(m
     on_arrays = simulate(des_setup(job), call)
     seen = []
 
-    def listed_and_reduced(self, own, short_own, rank, channel):
+    def listed_and_reduced(self, own, short_own):
         links, short = [], {}
-        for member in self.collapse.members(rank, channel):
-            more, less = self._shifted(own, short_own, (member - rank) % self.job.nranks)
+        for block in range(job.nodes // self.translation.nodes_shift):
+            more, less = self._shifted(own, short_own, block * self.collapse.shift)
             links += more
             for x, d in less.items():
                 short[x] = short.get(x, 0.0) + d
         got = self.mirrors.reduce(links, short)
-        seen.append((got == real(self, own, short_own, rank, channel), bool(got[1])))
+        seen.append((got == real(self, own, short_own), bool(got[1])))
         return got
 
     real = engine._Sim._shifted_class
@@ -168,3 +169,5 @@ def test_a_class_worked_out_on_arrays_is_what_reducing_every_mates_route_gives(m
     assert any(spread for _, spread in seen) == shares  # links crossed by a share of the bytes
     assert (on_arrays.time_us, on_arrays.link_nbytes, on_arrays.link_busy_us) == \
         (reduced.time_us, reduced.link_nbytes, reduced.link_busy_us)
+    # A first-block rank's mates are 1, 2, ... blocks on, in that order.
+    assert Collapse.shifted(8, 8, 2).members(3, 0) == (3, 19, 35, 51)

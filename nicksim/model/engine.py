@@ -64,7 +64,7 @@ from .network import FluidNetwork
 from .proxy import ProxyThreads
 from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
-from .translation import Translation, node_shift, transfers_shift
+from .translation import Translation, node_shift, transfers_key, transfers_shift
 
 __all__ = ["DesSetup", "DesRun", "Blocked", "Stall", "NetError", "HangReport", "des_setup", "simulate",
            "simulate_sequences", "coarse_plan", "coarse_steps", "default_params", "WATCHDOG_US"]
@@ -526,14 +526,21 @@ class _Sim:
                 self.net.capacity[self.router.cta(rank, rep)] *= len(members)
                 for slot in range(NET_CONN_SLOTS):
                     self.net.capacity[self.router.net_conn(rank, rep, slot)] *= len(members)
+        # One launch event per launch time, which every stream starting then waits on: its
+        # processes resume in the order their own timeouts would have fired, and nothing can come
+        # between them (no stream starts a process), for one event instead of one per stream.
+        launches: dict[float, simpy.Event] = {}
         for rank, progs in programs.items():
             for prog in progs:
                 if prog.channel not in self.groups:
                     continue
+                at = c.launch_us + self.late.get(rank, 0.0)
+                launch = launches.get(at)
+                if launch is None:
+                    launch = launches[at] = self.env.timeout(at)
                 for stream in prog.streams:
                     self.n_streams += 1
-                    self.env.process(self._stream(c, rank, prog.channel, stream,
-                                                  c.launch_us + self.late.get(rank, 0.0)))
+                    self.env.process(self._stream(c, rank, prog.channel, stream, launch))
         self._run_to_the_end()
 
     def run_sequences(self, sequences: dict[int, list[tuple[_CallRun, tuple]]]) -> None:
@@ -641,10 +648,11 @@ class _Sim:
         on = [d for d in peers if any(link in path for path in router.peer_paths(channel, src, d))]
         return on or peers
 
-    def _stream(self, c: _CallRun, rank: int, channel: int, stream, launch_us: float):
+    def _stream(self, c: _CallRun, rank: int, channel: int, stream, launch: simpy.Event | float):
+        """One stream of a rank's channel program, from its launch (an event, or a delay from now)."""
         # [prim index, prim, slice, what it waits for (a text, or a text to format and its fields), call]
         state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch", c]
-        yield self.env.timeout(launch_us)
+        yield launch if isinstance(launch, simpy.Event) else self.env.timeout(launch)
         protocol = stream.protocol or c.plan.protocol
         if stream.prims and stream.prims[0].pat is not None:
             yield from self._pat_stream(c, rank, channel, stream, state, protocol)
@@ -975,7 +983,7 @@ class _Sim:
             lat = sum(self.net.latency[x] for x in own) - sum(self.net.latency[x] * d for x, d in short.items())
             links = list(own)
             if collapse is not None and self.translation is not None and self.mirrors is not None:
-                links, short, copies = self._shifted_class(own, short_own, rank, channel)
+                links, short, copies = self._shifted_class(own, short_own)
                 self.net.mirror(copies)
             elif collapse is not None:
                 links, short = [], dict()
@@ -1000,15 +1008,16 @@ class _Sim:
             cached = self.routes[key] = (tuple(links), hw, lat if collapse is not None or short else None, shares)
         return cached
 
-    def _shifted_class(self, own: tuple[int, ...], short_own: dict[int, float], rank: int, channel: int
+    def _shifted_class(self, own: tuple[int, ...], short_own: dict[int, float]
                        ) -> tuple[list[int], dict[int, float], dict[int, int]]:
-        """What Mirrors.reduce makes of every class-mate's route, worked out on arrays: the mates'
-        routes are the representative's images (translation.py), so each twin's copy of a link is
-        crossed as the first twin's is by construction, and reduce's route-by-route check has
-        nothing to find. The links and shares come in reduce's order, with the copies it names."""
+        """What Mirrors.reduce makes of every class-mate's route, worked out on arrays, for a route
+        `own` of a representative (in the first block): the mates' routes are its images
+        (translation.py), so each twin's copy of a link is crossed as the first twin's is by
+        construction, and reduce's route-by-route check has nothing to find. The links and shares
+        come in reduce's order, with the copies it names."""
         canon_of = self.mirrors.canon_of()
-        image, shift, nranks = self.translation.image, self.collapse.shift, self.job.nranks
-        blocks = [((member - rank) % nranks) // shift for member in self.collapse.members(rank, channel)]
+        image = self.translation.image
+        blocks = range(self.job.nodes // self.translation.nodes_shift)
         every = np.concatenate([image(own, k) for k in blocks])
         canon = canon_of[every]
         first = canon == every
@@ -1171,27 +1180,28 @@ def _p2p_plan(job, call: Call, max_chunks: int) -> tuple[Plan, dict[int, tuple],
     rank runs no more than 8 x `max_chunks` of them over all its streams (at least 2 per stream)."""
     p2p = p2p_setup(job)
     longest, streams, channels = 0, 1, 1
+    kinds: dict[tuple, int] = {}  # transfers_key -> an id: ranks with one id have programs alike
+    key_ids = []
     for rank in range(job.nranks):
         transfers = p2p.transfers(call, rank)
         lengths = p2p.stream_chunks(call, rank, transfers)
         longest, streams = max([longest, *lengths]), max(streams, len(lengths))
         channels = max([channels, *(1 + c for t in transfers if t.send or t.peer != rank for c in t.channels)])
+        key_ids.append(kinds.setdefault(transfers_key(transfers, rank, job.nranks), len(kinds)))
     factor = max(1, -(-longest // max(2, 8 * max_chunks // max(1, streams))))
-    return call_plan(job, call), _P2pPrograms(p2p, call, factor, job.nranks, channels), factor
+    return call_plan(job, call), _P2pPrograms(p2p, call, factor, channels, tuple(key_ids)), factor
 
 
 class _P2pPrograms(Mapping):
     """rank -> a point-to-point call's programs (every `factor` chunks one primitive), built when a
     rank's are first asked for and kept: an alltoall's for every rank are millions of primitives,
     and where the call runs by one block of nodes (translation.py) only that block's are asked for.
-    `transfers(rank)` is what they are built from; `n_channels` the channels they use."""
+    `n_channels`: the channels they use; `key_ids`: per rank, an id of its transfers_key."""
 
-    def __init__(self, setup, call: Call, factor: int, nranks: int, n_channels: int):
-        self.setup, self.call, self.factor, self.nranks, self.n_channels = setup, call, factor, nranks, n_channels
+    def __init__(self, setup, call: Call, factor: int, n_channels: int, key_ids: tuple[int, ...]):
+        self.setup, self.call, self.factor, self.n_channels, self.key_ids = setup, call, factor, n_channels, key_ids
+        self.nranks = len(key_ids)
         self._built: dict[int, tuple] = {}
-
-    def transfers(self, rank: int) -> list:
-        return self.setup.transfers(self.call, rank)
 
     def __getitem__(self, rank: int) -> tuple:
         if not (isinstance(rank, int) and 0 <= rank < self.nranks):
@@ -1344,8 +1354,7 @@ def _shift_collapse(sim: "_Sim", programs: _P2pPrograms, mirror: bool) -> Mappin
     setup, job = sim.setup, sim.job
     if job.nodes < 2 or setup.faults or setup.stragglers:
         return programs
-    nranks = job.nranks
-    translation = node_shift(sim.fabric, sim.router, lambda shift: transfers_shift(programs.transfers, shift, nranks),
+    translation = node_shift(sim.fabric, sim.router, lambda shift: transfers_shift(programs.key_ids, shift),
                              sim.per_node, sim.ib.spreads_evenly)
     if translation is None:
         return programs

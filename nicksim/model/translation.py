@@ -19,17 +19,17 @@ a port of the same spine, all checked here (`any_spine`: but for the last, where
 evenly over every spine, ib.py, and routes through different spines are alike).
 `programs_shift(programs, shift_ranks, nranks)` says whether every rank's programs are those of the
 rank `shift_ranks` before it with every peer shifted alike; `transfers_shift` says it of the
-transfers the programs are built from, without building them.
+transfers the programs are built from (`transfers_key`), without building them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..graph.cluster import spine_position
 
-__all__ = ["Translation", "NoTranslation", "programs_shift", "transfers_shift", "node_shift"]
+__all__ = ["Translation", "NoTranslation", "programs_shift", "transfers_key", "transfers_shift", "node_shift"]
 
 
 class NoTranslation(Exception):
@@ -142,15 +142,20 @@ def programs_shift(programs: dict[int, tuple], shift_ranks: int, nranks: int) ->
     return _each_as_shifted(key, shift_ranks, nranks)
 
 
-def transfers_shift(transfers_of: Callable[[int], list], shift_ranks: int, nranks: int) -> bool:
-    """programs_shift asked of the transfers the programs are built from (`transfers_of(rank)`:
-    plan/p2p.py p2p_transfers): programs are a function of a rank's transfers and, through the
-    buffer offsets alone, of the ranks (p2p.py transfers_programs), so shifted transfers make
-    shifted programs, and only the ranks that run need theirs built."""
-    def key(rank: int) -> list:
-        return [(t.round, t.send, t.nbytes, t.protocol, t.chunk_nbytes, t.channels, (t.peer - rank) % nranks)
-                for t in transfers_of(rank)]
-    return _each_as_shifted(key, shift_ranks, nranks)
+def transfers_key(transfers: list, rank: int, nranks: int) -> tuple:
+    """What programs_shift compares of `rank`'s programs, read from the transfers they are built from
+    (plan/p2p.py p2p_transfers): programs are a function of a rank's transfers and, through the
+    buffer offsets alone, of the ranks (p2p.py transfers_programs), so two ranks whose keys are
+    equal have programs alike but for their peers, each as far on from its own rank."""
+    return tuple((t.round, t.send, t.nbytes, t.protocol, t.chunk_nbytes, t.channels, (t.peer - rank) % nranks)
+                 for t in transfers)
+
+
+def transfers_shift(keys: Sequence, shift_ranks: int) -> bool:
+    """programs_shift from every rank's transfers_key (or an id standing for it, equal ids for equal
+    keys): only the ranks that run need their programs built."""
+    nranks = len(keys)
+    return all(keys[r] == keys[(r + shift_ranks) % nranks] for r in range(nranks))
 
 
 def _each_as_shifted(key: Callable[[int], list], shift_ranks: int, nranks: int) -> bool:
