@@ -677,11 +677,21 @@ class _Sim:
             wire = wire_nbytes(protocol, nbytes)
             steps = prim.steps
             cid = (c.comm, prim.conn)  # each communicator has connections of its own
+            # What every slice of the primitive shares (a slice's route changes only by message).
+            ins = [self._conn(c, channel, src, rank, cid) for src in peers_in]
+            outs = None  # looked up once the first slice's inputs are in: the first call there sets its slots
+            switched_in = (prim.op == "nvlsGather" or NVLS_SWITCH in prim.recv_from
+                           or COLLNET_SWITCH in prim.recv_from)
+            switched_out = prim.op == "nvlsScatter" or NVLS_SWITCH in prim.send_to or COLLNET_SWITCH in prim.send_to
+            first = line if line is not None else wire * c.head_share / steps
+            tag = (rank, tuple(peers_out), channel, c.router)
+            weight = self.weight[channel]
+            moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire, protocol,
+                                                        steps)
             for s in range(c.slices):
                 state[2] = s
                 key = (c.comm, c.index, node, channel, prim.offset, prim.nelem, s)
                 upstream = []  # the events of everything this slice reads, all of which must be in
-                ins = [self._conn(c, channel, src, rank, cid) for src in peers_in]
                 for src, conn in zip(peers_in, ins):
                     while conn.posted <= conn.taken:
                         state[3] = ("data from rank {} (connection {})", src, prim.conn)
@@ -692,9 +702,11 @@ class _Sim:
                     conn.taken += 1
                     if not first_step.processed:
                         yield first_step
-                got = yield from self._switch_inputs(c, prim, channel, key, state)
-                upstream += got
-                outs = [self._conn(c, channel, rank, dst, cid) for dst in peers_out]
+                if switched_in:
+                    got = yield from self._switch_inputs(c, prim, channel, key, state)
+                    upstream += got
+                if outs is None:
+                    outs = [self._conn(c, channel, rank, dst, cid) for dst in peers_out]
                 for dst, conn in zip(peers_out, outs):
                     while conn.posted - conn.freed >= conn.credits:
                         state[3] = ("a free slot at rank {} (connection {})", dst, prim.conn)
@@ -706,20 +718,19 @@ class _Sim:
                     sent_msgs = next((conn.msgs for dst, conn in zip(peers_out, outs) if dst in net_out), 0)
                     route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, targets,
                                                                sent_msgs)
-                first = line if line is not None else wire * c.head_share / steps
+                    moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire,
+                                                                protocol, steps)
                 start = self.env.now
-                moved, step_costs = self._with_step_costs(c, route, wire, protocol, steps)
-                tag = (rank, tuple(peers_out), channel, c.router)
-                head, done, sent = self.net.transfer2(moved, wire, self._block_lat(lat, steps, route, route_lat),
-                                                      min(wire, first), tag, self.weight[channel], route_lat,
-                                                      costly + step_costs + shares)
+                head, done, sent = self.net.transfer2(moved, wire, block_lat, min(wire, first), tag, weight, route_lat,
+                                                      costs)
                 if self.dead:
                     self._watch(tag, moved)
                 for dst, conn in zip(peers_out, outs):
                     conn.post(*(self._received(dst, channel, head, done, steps) if dst in net_out else (head, done)))
                     conn.msgs += c.factor * steps
                     self._notify(("data", channel, rank, dst, cid))
-                self._switch_outputs(c, prim, channel, node, key, head, done)
+                if switched_out:
+                    self._switch_outputs(c, prim, channel, node, key, head, done)
                 state[3] = "its transfer"
                 yield sent
                 self.last_progress = self.env.now
@@ -762,6 +773,14 @@ class _Sim:
         got = self._prim_setups[key] = _PrimSetup(targets, route, hw, route_lat, shares, net_out, posts, by_message,
                                                   peers_in, peers_out, costly, lat)
         return got
+
+    def _slice_route(self, c: _CallRun, route: tuple[int, ...], route_lat: float | None, shares: tuple, costly: tuple,
+                     lat: float, wire: float, protocol: str, steps: int
+                     ) -> tuple[tuple[int, ...], tuple[tuple[int, float], ...], float]:
+        """A slice's links, what its bytes count as on those that cost more than a byte (multimem,
+        network steps, a share of a spread connection) and its latency."""
+        moved, step_costs = self._with_step_costs(c, route, wire, protocol, steps)
+        return moved, costly + step_costs + shares, self._block_lat(lat, steps, route, route_lat)
 
     def _block_lat(self, lat: float, steps: int, route: tuple[int, ...], route_lat: float | None) -> float:
         """A slice's step latency; for a block of `steps` ring steps, every step's hop (its step
