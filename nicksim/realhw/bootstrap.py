@@ -324,16 +324,17 @@ class Bootstrap:
                 link.inbox.put(message)
 
     def _lose(self, what: str, silent: bool, peer: int) -> None:
-        """The job lost a rank: remember why (the first reason wins) and, on the root, tell every
-        other rank."""
+        """The job lost a rank: on the root, tell every other rank why, then remember it (the first
+        reason wins). Remembered only once told: the main thread ends the process as soon as it
+        sees the reason, and a rank that saw the root close first would blame the root."""
         with self._lock:
             if self._lost is not None:
                 return
+            if self.rank == 0:
+                for other, link in list(self._links.items()):
+                    if other != peer:  # the others are alive and reading: this does not wait long
+                        link.send({"abort": what}, self.timeout_s, wait=True)
             self._lost = (what, silent)
-        if self.rank == 0:
-            for other, link in list(self._links.items()):
-                if other != peer:  # the others are alive and reading: this does not wait long
-                    link.send({"abort": what}, self.timeout_s, wait=True)
 
     def _stopped_line(self) -> str:
         what = self._lost[0]
