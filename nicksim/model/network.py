@@ -450,7 +450,9 @@ class FluidNetwork:
         self._release()
         if self._stale:  # a shape that never moved (nothing to send) split a class since
             self._lay_out_again()
-        self.n_pairs += self._pair_link.size
+        # The pairs of the transfers moving: an arrived one's row (a hole) waits to be closed, and
+        # when holes are closed depends on what else happened, not on the division.
+        self.n_pairs += int(self._sizes[~self._gone_at].sum()) if self._holes else self._pair_link.size
         if len(self.moving) > self._holes:
             self._rate[:], busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
                                                   self._gone_at, self._scratch, self._work)
