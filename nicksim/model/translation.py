@@ -132,14 +132,14 @@ def programs_shift(programs: dict[int, tuple], shift_ranks: int, nranks: int) ->
     left out: they place a rank's pieces in its own buffers (an alltoall's block r at r x its size),
     which a transfer's timing does not depend on. Peers are compared by how far on from their rank
     they are, which is the same test ((p + shift) mod n is p' exactly when p - r and p' - (r + shift)
-    agree mod n) with one key per rank."""
+    agree mod n) with one key per rank, compared as transfers_shift compares them."""
     def key(rank: int) -> list:
         return [(prog.channel, stream.protocol, prim.op, prim.nelem, prim.pat, prim.conn, prim.steps,
                  _apart(prim.recv_from, rank, nranks), _apart(prim.send_to, rank, nranks))
                 for prog in programs.get(rank, ()) for stream in prog.streams for prim in stream.prims] + [
                 (prog.channel, len(prog.streams), tuple(len(stream.prims) for stream in prog.streams))
                 for prog in programs.get(rank, ())]
-    return _each_as_shifted(key, shift_ranks, nranks)
+    return transfers_shift([key(r) for r in range(nranks)], shift_ranks)
 
 
 def transfers_key(transfers: list, rank: int, nranks: int) -> tuple:
@@ -156,21 +156,6 @@ def transfers_shift(keys: Sequence, shift_ranks: int) -> bool:
     keys): only the ranks that run need their programs built."""
     nranks = len(keys)
     return all(keys[r] == keys[(r + shift_ranks) % nranks] for r in range(nranks))
-
-
-def _each_as_shifted(key: Callable[[int], list], shift_ranks: int, nranks: int) -> bool:
-    """Whether every rank's key is the key of the rank `shift_ranks` on, each key made once (kept
-    only until its rank's turn)."""
-    keys: dict[int, list] = {}
-    for r in range(nranks):
-        mate = (r + shift_ranks) % nranks
-        here = keys.pop(r) if r in keys else key(r)
-        there = keys.get(mate)
-        if there is None:
-            there = keys[mate] = key(mate)
-        if here != there:
-            return False
-    return True
 
 
 def node_shift(fabric, router, looks_shifted: Callable[[int], bool], per_node: int, any_spine: bool = False

@@ -393,8 +393,7 @@ def p2p_summary(job, call: Call) -> tuple[str, int]:
     the p2p channels per peer."""
     setup = p2p_setup(job)
     if rules_for_minor(setup.version_minor).p2p_plans_modelled:
-        transfers = p2p_transfers(call, 0, setup.nodes, setup.per_node, setup.n_channels, setup.per_peer,
-                                  setup.chunk_nbytes, setup.version_minor, setup.group_size, *setup._ll)
+        transfers = setup.transfers(call, 0)
         biggest = max((t for t in transfers if t.peer != 0), key=lambda t: len(t.channels), default=None)
         if biggest is not None:
             return biggest.protocol, len(biggest.channels)
