@@ -896,3 +896,52 @@ def test_routes_are_worked_out_once_per_setup():
     assert again.time_us == first.time_us and again.link_nbytes == first.link_nbytes
     fresh = simulate(des_setup(job), call)
     assert fresh.time_us == first.time_us and fresh.link_nbytes == first.link_nbytes
+
+
+def test_a_stream_task_runs_its_generator_on_the_events_it_yields_and_ends_without_an_event():
+    import simpy
+    from nicksim.model.engine import _Task
+    env = simpy.Environment()
+    start, seen = env.timeout(2.0), []
+
+    def body():
+        seen.append(env.now)
+        yield env.timeout(3.0)
+        seen.append(env.now)
+        yield start  # fired long ago: goes on at once, as a Process would
+        seen.append(env.now)
+
+    _Task(body(), start)
+    env.run()
+    assert seen == [2.0, 5.0, 5.0]
+    assert env.now == 5.0 and not env._queue
+
+
+def test_both_fires_once_the_later_of_two_events_has():
+    import simpy
+    from nicksim.model.engine import _both
+    env = simpy.Environment()
+    a, b, fired = env.timeout(1.0), env.timeout(4.0), []
+    _both(env, a, b).callbacks.append(lambda _: fired.append(env.now))
+    env.run()
+    assert fired == [4.0]
+    _both(env, a, b).callbacks.append(lambda _: fired.append(env.now))  # both long fired: at once
+    c = env.timeout(2.0)
+    _both(env, a, c).callbacks.append(lambda _: fired.append(env.now))
+    env.run()
+    assert fired == [4.0, 4.0, 6.0]
+
+
+def test_row_ids_number_rows_densely_in_their_lexicographic_order():
+    # Colour refinement numbers rows of cable colours this way (symmetry.py), folding many
+    # columns into one number between sorts; the numbering is the rows' sorted order whatever the
+    # folding, including columns whose values need most of int64.
+    import numpy as np
+    from nicksim.model.symmetry import _row_ids
+    rng = np.random.default_rng(7)
+    for n, width, high in ((300, 40, 900), (200, 6, 3), (50, 5, 2 ** 40), (0, 3, 5), (4, 0, 1)):
+        rows = rng.integers(-1, high, size=(n, width))
+        if n > 5:
+            rows[::5] = rows[1]
+        ranks = {row: i for i, row in enumerate(sorted(set(map(tuple, rows.tolist()))))}
+        assert _row_ids(rows).tolist() == [ranks[tuple(row)] for row in rows.tolist()]

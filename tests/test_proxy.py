@@ -61,3 +61,26 @@ def test_a_thread_ends_its_posts_when_a_1_gbps_link_would_carry_them():
 
 def test_a_free_post_ends_at_once():
     assert ends_of([("a", 2, 0, 0.0, 3)]) == {"a": 2}
+
+
+def test_a_burst_of_posts_plans_one_wake_up_per_thread_not_one_per_post():
+    # A call's launch gives each rank's thread a post per peer at once: the wake-ups queued for
+    # them stay a handful, and the posts still end as processor sharing says (a smaller one first).
+    env = simpy.Environment()
+    proxy = ProxyThreads(env)
+    done = [env.event() for _ in range(1001)]
+    for k in range(1000):
+        proxy.post("t", 1.0, 1, done[k])
+    proxy.post("t", 0.5, 1, done[1000])
+    assert len(env._queue) <= 3
+    env.run()
+    assert env.now == pytest.approx(1000.5)
+    assert all(event.processed for event in done)
+    env2 = simpy.Environment()
+    proxy2, ends = ProxyThreads(env2), {}
+    for k, cost in enumerate((1.0, 1.0, 0.5)):
+        event = env2.event()
+        event.callbacks.append(lambda _, k=k: ends.setdefault(k, env2.now))
+        proxy2.post("t", cost, 1, event)
+    env2.run()
+    assert ends == {2: pytest.approx(1.5), 0: pytest.approx(2.5), 1: pytest.approx(2.5)}

@@ -366,6 +366,49 @@ def coarse_plan(plan: Plan, max_chunks: int) -> tuple[Plan, int]:
     return replace(plan, parts=parts), factor
 
 
+class _Task:
+    """A generator driven by the events it yields: resumed once each has fired, the first time by
+    `start` (a pending event). Unlike a simpy.Process it is not an event itself, so nothing can wait
+    for its end, and it costs no event to start or to end: the streams of one call, of which a
+    large alltoall has hundreds of thousands, wait for nothing but their launch."""
+
+    __slots__ = ("_send",)
+
+    def __init__(self, generator, start: simpy.Event):
+        self._send = generator.send
+        start.callbacks.append(self._resume)
+
+    def _resume(self, _event) -> None:
+        send = self._send
+        try:
+            event = send(None)
+            while event.callbacks is None:  # fired already: go on at once, as a Process would
+                event = send(None)
+        except StopIteration:
+            return
+        event.callbacks.append(self._resume)
+
+
+def _both(env: simpy.Environment, first: simpy.Event, second: simpy.Event) -> simpy.Event:
+    """An event fired once `first` and `second` both have, as env.all_of([first, second]) would
+    be, without the condition's bookkeeping of values."""
+    both = simpy.Event(env)
+    waiting = [e for e in (first, second) if e.callbacks is not None]
+    if not waiting:
+        both.succeed()
+        return both
+    left = [len(waiting)]
+
+    def one_in(_event) -> None:
+        left[0] -= 1
+        if not left[0]:
+            both.succeed()
+
+    for event in waiting:
+        event.callbacks.append(one_in)
+    return both
+
+
 class _Conn:
     """One direction of one channel's connection: slices posted by the sender (the events of each
     one's first step arriving, `heads`, and of all of it arriving, `dones`, kept until the receiver
@@ -540,7 +583,7 @@ class _Sim:
                     launch = launches[at] = self.env.timeout(at)
                 for stream in prog.streams:
                     self.n_streams += 1
-                    self.env.process(self._stream(c, rank, prog.channel, stream, launch))
+                    _Task(self._stream_body(c, rank, prog.channel, stream), launch)
         self._run_to_the_end()
 
     def run_sequences(self, sequences: dict[int, list[tuple[_CallRun, tuple]]]) -> None:
@@ -575,22 +618,31 @@ class _Sim:
     def _channel_groups(self, c: _CallRun, programs: dict[int, tuple]) -> dict[int, list[int]]:
         """Channels that run the same primitives between the same ranks over the same links move in
         lockstep: each group is simulated once, its flows counting once per member on every link
-        (max-min fairness gives identical flows identical rates, so this is exact)."""
-        by_sig: dict[tuple, list[int]] = {}
-        per_channel: dict[int, list] = {}
+        (max-min fairness gives identical flows identical rates, so this is exact). The links are
+        compared only between channels whose ranks run alike streams of alike primitives: a
+        point-to-point channel's streams are named by their peers, and an alltoall's routes, one per
+        pair of ranks, are worked out when they first move."""
+        streams_of: dict[int, list] = {}  # channel -> (rank, stream name, its primitives' shapes)
+        kinds_of: dict[int, list] = {}    # channel -> (rank, node, local rank, its primitives' kinds)
         for rank, progs in programs.items():
             node, local = divmod(rank, self.per_node)
             for prog in progs:
-                sig = per_channel.setdefault(prog.channel, [])
+                named = streams_of.setdefault(prog.channel, [])
+                kinds = kinds_of.setdefault(prog.channel, [])
                 for stream in prog.streams:
-                    shapes = tuple(map(_PRIM_SHAPE, stream.prims))
-                    kinds = set(map(_PRIM_KIND, stream.prims))
-                    routes = tuple(sorted((kind, self._links_but_ctas(c, _Shape(*kind), rank, prog.channel, node,
-                                                                      local))
-                                          for kind in kinds))
-                    sig.append((rank, stream.name, shapes, routes))
-        for channel in sorted(per_channel):
-            by_sig.setdefault(tuple(per_channel[channel]), []).append(channel)
+                    named.append((rank, stream.name, tuple(map(_PRIM_SHAPE, stream.prims))))
+                    kinds.append((rank, node, local, set(map(_PRIM_KIND, stream.prims))))
+        alike = {channel: tuple(named) for channel, named in streams_of.items()}
+        n_alike = Counter(alike.values())
+        by_sig: dict[tuple, list[int]] = {}
+        for channel in sorted(alike):
+            sig = ("alone", alike[channel])
+            if n_alike[alike[channel]] > 1:
+                sig = ("links", alike[channel], tuple(
+                    tuple(sorted((kind, self._links_but_ctas(c, _Shape(*kind), rank, channel, node, local))
+                                 for kind in kinds))
+                    for rank, node, local, kinds in kinds_of[channel]))
+            by_sig.setdefault(sig, []).append(channel)
         return {members[0]: members for members in by_sig.values()}
 
     def _links_but_ctas(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int
@@ -648,16 +700,23 @@ class _Sim:
         on = [d for d in peers if any(link in path for path in router.peer_paths(channel, src, d))]
         return on or peers
 
-    def _stream(self, c: _CallRun, rank: int, channel: int, stream, launch: simpy.Event | float):
-        """One stream of a rank's channel program, from its launch (an event, or a delay from now)."""
+    def _stream(self, c: _CallRun, rank: int, channel: int, stream, launch_us: float):
+        """One stream of a rank's channel program as a process, from `launch_us` on."""
+        body = self._stream_body(c, rank, channel, stream)
+        yield self.env.timeout(launch_us)
+        yield from body
+
+    def _stream_body(self, c: _CallRun, rank: int, channel: int, stream):
+        """One stream of a rank's channel program, from its launch: a generator of the events it
+        waits for, which ends the stream (`_stream_ended`) when it returns."""
         # [prim index, prim, slice, what it waits for (a text, or a text to format and its fields), call]
         state = self.state[(rank, channel, stream.name)] = [0, None, 0, "the kernel launch", c]
-        yield launch if isinstance(launch, simpy.Event) else self.env.timeout(launch)
         protocol = stream.protocol or c.plan.protocol
         if stream.prims and stream.prims[0].pat is not None:
-            yield from self._pat_stream(c, rank, channel, stream, state, protocol)
-        else:
-            yield from self._prim_stream(c, rank, channel, stream, state, protocol)
+            return self._pat_stream(c, rank, channel, stream, state, protocol)
+        return self._prim_stream(c, rank, channel, stream, state, protocol)
+
+    def _stream_ended(self, channel: int, state: list) -> None:
         state[3] = None
         self.finished += 1
         self.end_us = max(self.end_us, self.env.now)
@@ -669,6 +728,7 @@ class _Sim:
         node, local = divmod(rank, self.per_node)
         elem = c.elem_nbytes
         line = _LINE_NBYTES.get(protocol)
+        posting = self.params.net_overhead_us > 0
         for index, prim in enumerate(stream.prims):
             state[0], state[1] = index, prim
             (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_in, peers_out, costly,
@@ -690,7 +750,8 @@ class _Sim:
                                                         steps)
             for s in range(c.slices):
                 state[2] = s
-                key = (c.comm, c.index, node, channel, prim.offset, prim.nelem, s)
+                if switched_in or switched_out:
+                    key = (c.comm, c.index, node, channel, prim.offset, prim.nelem, s)
                 upstream = []  # the events of everything this slice reads, all of which must be in
                 for src, conn in zip(peers_in, ins):
                     while conn.posted <= conn.taken:
@@ -711,9 +772,11 @@ class _Sim:
                     while conn.posted - conn.freed >= conn.credits:
                         state[3] = ("a free slot at rank {} (connection {})", dst, prim.conn)
                         yield self._wait(("slot", channel, rank, dst, cid))
-                if posts:
+                if posts and posting:  # the rank's proxy thread posts the slice's network steps
                     state[3] = "its proxy thread"
-                    yield from self._post(posts, channel, steps)
+                    posted = simpy.Event(self.env)
+                    self._book(posts, channel, posted, steps)
+                    yield posted
                 if by_message and outs:
                     sent_msgs = next((conn.msgs for dst, conn in zip(peers_out, outs) if dst in net_out), 0)
                     route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, targets,
@@ -743,6 +806,7 @@ class _Sim:
                 for src, conn in zip(peers_in, ins):
                     conn.freed += 1
                     self._notify(("slot", channel, src, rank, cid))
+        self._stream_ended(channel, state)
 
     def _prim_setup(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, protocol: str
                     ) -> _PrimSetup:
@@ -837,6 +901,7 @@ class _Sim:
                     self._pat_conn(pchan, prim.recv_from[0], rank)[0] += 1
                     self._notify(("pat", pchan, prim.recv_from[0], rank))
             index += len(batch)
+        self._stream_ended(channel, state)
 
     def _with_step_costs(self, c: _CallRun, route: tuple[int, ...], wire: float, protocol: str, steps: int = 1
                          ) -> tuple[tuple[int, ...], tuple[tuple[int, float], ...]]:
@@ -871,7 +936,7 @@ class _Sim:
             self._book(proxies, channel, seen, steps)
         else:
             head.callbacks.append(lambda _: self._book(proxies, channel, seen, steps))
-        return seen, self.env.all_of([done, seen])
+        return seen, _both(self.env, done, seen)
 
     def _post(self, proxies: tuple[int, ...], channel: int, steps: int = 1):
         """The rank's proxy thread posts `steps` network steps, sharing its time with every

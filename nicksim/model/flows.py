@@ -97,45 +97,46 @@ def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch, pa
         first[i + 1] = first[i] + sizes[i]
     ids = pairs[0]
     link = pairs[1]
-    n_links = 0
-    for i in range(n):
-        if skip[i]:
-            continue  # its pairs are never read
-        for k in range(first[i], first[i + 1]):
-            x = link_ids[k]
-            if scratch[x] < 0:
-                scratch[x] = n_links
-                ids[n_links] = x
-                n_links += 1
-            link[k] = scratch[x]
-    for j in range(n_links):
-        scratch[ids[j]] = -1
-    capacity = link_f[0, :n_links]
-    left = link_f[1, :n_links]
-    weight = link_f[2, :n_links]
-    for j in range(n_links):
-        capacity[j] = capacity_all[ids[j]]
-        left[j] = capacity[j]
-        weight[j] = 0.0
+    capacity = link_f[0]
+    left = link_f[1]
+    weight = link_f[2]
     active = actives[:n]
-    on_link = links[0, :n_links + 1]  # active pairs per link, then CSR offsets
-    on_link[:] = 0
+    on_link = links[0]  # active pairs per link, then CSR offsets
+    on_link[0] = 0
+    # One pass numbers the links as transfers first cross them, finds the transfers a dead link
+    # stops, and weighs each link by the transfers that move (in their order, as a pass of its
+    # own would: the sums are the same to the last bit).
+    n_links = 0
     for i in range(n):
         active[i] = False
         if sizes[i] == 0:
             rates[i] = np.inf
             continue
         if skip[i]:
-            continue
+            continue  # its pairs are never read
         alive = True
         for k in range(first[i], first[i + 1]):
-            if left[link[k]] <= 0.0:
+            x = link_ids[k]
+            j = scratch[x]
+            if j < 0:
+                j = n_links
+                scratch[x] = j
+                ids[j] = x
+                capacity[j] = capacity_all[x]
+                left[j] = capacity[j]
+                weight[j] = 0.0
+                on_link[j + 1] = 0
+                n_links += 1
+            link[k] = j
+            if capacity[j] <= 0.0:
                 alive = False  # a dead link: the transfer never moves
         active[i] = alive
         if alive:
             for k in range(first[i], first[i + 1]):
                 on_link[link[k] + 1] += 1
                 weight[link[k]] += times[k]
+    for j in range(n_links):
+        scratch[ids[j]] = -1
     count = links[1, :n_links]
     for j in range(n_links):
         count[j] = on_link[j + 1]
@@ -152,19 +153,18 @@ def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch, pa
                 fill[link[k]] += 1
     used = links[3]
     m = 0
+    step = np.inf  # the least share of a link in use: how far the next round raises the level
     for j in range(n_links):
         if count[j] > 0:
             used[m] = j
             m += 1
+            share = left[j] / weight[j]
+            if share < step:
+                step = share
     busy = ids[used[:m]]
     full = links[4]
     level = 0.0
     while m > 0:
-        step = np.inf
-        for j in range(m):
-            share = left[used[j]] / weight[used[j]]
-            if share < step:
-                step = share
         level += step
         n_full = 0
         for j in range(m):
@@ -184,10 +184,16 @@ def _progressive_filling(link_ids, times, sizes, capacity_all, skip, scratch, pa
                 for k in range(first[i], first[i + 1]):
                     weight[link[k]] -= times[k]
                     count[link[k]] -= 1
+        # The links still in use, and the next round's step with them (one pass, not two).
         kept = 0
+        step = np.inf
         for j in range(m):
-            if count[used[j]] > 0:
-                used[kept] = used[j]
+            x = used[j]
+            if count[x] > 0:
+                used[kept] = x
                 kept += 1
+                share = left[x] / weight[x]
+                if share < step:
+                    step = share
         m = kept
     return rates, busy

@@ -51,6 +51,14 @@ def _first_wait(rate, left, head):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _add_to(values, index, amount):  # pragma: no cover - compiled
+    # values[index] += amount for an index that names no entry twice (the links busy since the
+    # last division): numpy's would make three temporaries of the busy links' size, at every division.
+    for i in range(index.size):
+        values[index[i]] += amount
+
+
+@njit(cache=True)
 def _arrivals(rate, left, head):  # pragma: no cover - compiled
     # The transfers whose first step is in, then those wholly in (within float residue), in
     # row order; the first steps found are marked done (head -inf).
@@ -143,7 +151,13 @@ class FluidNetwork:
         self._holes = 0
         self._shape_nbytes: list[float] = []  # bytes started per shape (its id): see bytes_on
         self._busy_us = np.zeros(len(self.capacity))
-        self._scratch = np.full(len(self.capacity), -1, dtype=np.int64)  # flows.py's link numbering
+        # The pair columns name links by dense numbers, given as shapes first cross them: the
+        # division looks every pair's link up (flows.py), and a table the size of the links that
+        # transfers cross stays in cache where one the size of the fabric would not.
+        self._dense_of = np.full(len(self.capacity), -1, dtype=np.int64)  # link -> its dense number
+        self._dense = _Column(np.int64)          # dense number -> link
+        self._dense_capacity = _Column(float)    # dense number -> the link's capacity
+        self._scratch = np.full(0, -1, dtype=np.int64)  # flows.py's link numbering, one per dense number
         self._work = Workspace()  # and the arrays it divides in
         self._busy = np.zeros(0, dtype=np.int64)  # links carrying something since `_busy_since`
         self._busy_since = 0.0
@@ -275,18 +289,32 @@ class FluidNetwork:
         self._stale = True
 
     def _flush_busy(self) -> None:
-        self._busy_us[self._busy] += self.env.now - self._busy_since
+        _add_to(self._busy_us, self._busy, self.env.now - self._busy_since)
         self._busy_since = self.env.now
 
     def _pairs_of(self, item: _Transfer) -> tuple[np.ndarray, np.ndarray]:
-        """The (link, times) pairs the division sees of a transfer: every link, or its shape's
-        representatives where links are merged."""
-        if self._classes is None:
-            return item.links, item.counts
+        """The (link, times) pairs the division sees of a transfer, its links by dense number: every
+        link, or its shape's representatives where links are merged."""
         got = self._reduced.get(item.shape)
         if got is None:
-            got = self._reduced[item.shape] = self._classes.reduced(item.links, item.counts)
+            links, times = (item.links, item.counts) if self._classes is None else \
+                self._classes.reduced(item.links, item.counts)
+            got = self._reduced[item.shape] = (self._dense_numbers(links), times)
         return got
+
+    def _dense_numbers(self, links: np.ndarray) -> np.ndarray:
+        dense = self._dense_of[links]
+        new = dense < 0
+        if new.any():
+            fresh = links[new]
+            numbers = np.arange(self._dense.n, self._dense.n + fresh.size, dtype=np.int64)
+            self._dense_of[fresh] = numbers
+            dense[new] = numbers
+            self._dense.extend(fresh)
+            self._dense_capacity.extend(self.capacity[fresh])
+            if self._scratch.size < self._dense.n:
+                self._scratch = np.full(2 * self._dense.n, -1, dtype=np.int64)
+        return dense
 
     def set_capacity(self, link: int, bw_gbps: float) -> None:
         """Change a link's capacity from now on (a fault, a degraded port)."""
@@ -294,6 +322,8 @@ class FluidNetwork:
         if self._classes is not None:
             self._unmerge()
         self.capacity[link] = bw_gbps
+        if self._dense_of[link] >= 0:
+            self._dense_capacity.values[self._dense_of[link]] = bw_gbps
         self._dirty = True
         self._later()
 
@@ -394,6 +424,7 @@ class FluidNetwork:
             self._busy_us[links] = self._busy_us[rep]
         self._busy = np.fromiter(busy, dtype=np.int64, count=len(busy))
         self._classes = None
+        self._reduced.clear()
         self._stale = True
         self._lay_out_again()
 
@@ -454,8 +485,10 @@ class FluidNetwork:
         # when holes are closed depends on what else happened, not on the division.
         self.n_pairs += int(self._sizes[~self._gone_at].sum()) if self._holes else self._pair_link.size
         if len(self.moving) > self._holes:
-            self._rate[:], busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes, self.capacity,
-                                                  self._gone_at, self._scratch, self._work)
+            self._rate[:], busy = fair_rates_flat(self._pair_link, self._pair_times, self._sizes,
+                                                  self._dense_capacity.values, self._gone_at, self._scratch,
+                                                  self._work)
+            busy = self._dense.values[busy]
         else:
             self._rate[:] = 0.0
             busy = np.zeros(0, dtype=np.int64)

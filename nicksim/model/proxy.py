@@ -18,10 +18,11 @@ import simpy
 __all__ = ["ProxyThreads"]
 
 _TOGETHER = 1e-12  # relative difference under which two posts end together (float residue)
+_LATE = 2  # SimPy priority after NORMAL: a thread's next end is planned once the instant's posts are in
 
 
 class _Thread:
-    __slots__ = ("work", "weight", "since", "ends", "order", "wake")
+    __slots__ = ("work", "weight", "since", "ends", "order", "wake", "queued", "planned_at")
 
     def __init__(self, now: float):
         self.work = 0.0       # work done per unit of weight since the thread was created (us)
@@ -30,16 +31,23 @@ class _Thread:
         self.ends: list[tuple[float, int, int, simpy.Event | None]] = []  # (work at its end, order, weight, event)
         self.order = 0        # ties broken in the order posts came
         self.wake = 0         # generation of the pending wake-up; older ones are stale
+        self.queued = False   # its next end is to be planned at the end of this instant
+        self.planned_at = -1.0  # when its pending wake-up was planned
 
 
 class ProxyThreads:
     """Threads named by any hashable key, each a processor shared evenly by the posts it holds. A
     post of `cost_us` and weight k alone on its thread ends after k x cost_us; n posts of equal
-    cost and weight asked together end together after n times that."""
+    cost and weight asked together end together after n times that.
+
+    A thread's next end is planned at its first post of an instant and, where more posts come in
+    that instant, once more after the last of them: a call's launch gives each rank's thread a post
+    per peer at once, and a wake-up per post, all but the last stale, would fill SimPy's queue."""
 
     def __init__(self, env: simpy.Environment):
         self.env = env
         self._threads: dict[Hashable, _Thread] = {}
+        self._unplanned: list[tuple[Hashable, _Thread]] = []
 
     def post(self, thread: Hashable, cost_us: float, weight: int = 1, done: simpy.Event | None = None) -> None:
         """Give `thread` a post of `cost_us` standing for `weight` steps; fire `done`, where given,
@@ -55,7 +63,10 @@ class ProxyThreads:
         state.order += 1
         heapq.heappush(state.ends, (state.work + cost_us, state.order, weight, done))
         state.weight += weight
-        self._plan(thread, state)
+        if state.planned_at == self.env.now:
+            self._plan_later(thread, state)
+        else:
+            self._plan(thread, state)
 
     def _advance(self, state: _Thread) -> None:
         now = self.env.now
@@ -63,8 +74,28 @@ class ProxyThreads:
             state.work += (now - state.since) / state.weight
         state.since = now
 
+    def _plan_later(self, thread: Hashable, state: _Thread) -> None:
+        """Forget the thread's pending wake-up and plan the next at the end of this instant."""
+        state.wake += 1
+        if state.queued:
+            return
+        state.queued = True
+        self._unplanned.append((thread, state))
+        if len(self._unplanned) == 1:
+            event = simpy.Event(self.env)
+            event.callbacks.append(self._plan_all)
+            event._ok, event._value = True, None
+            self.env.schedule(event, _LATE)
+
+    def _plan_all(self, _event) -> None:
+        unplanned, self._unplanned = self._unplanned, []
+        for thread, state in unplanned:
+            state.queued = False
+            self._plan(thread, state)
+
     def _plan(self, thread: Hashable, state: _Thread) -> None:
         state.wake += 1
+        state.planned_at = self.env.now
         if not state.ends:
             return
         wake = state.wake

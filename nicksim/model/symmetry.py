@@ -217,13 +217,28 @@ def _n_classes(colours: np.ndarray) -> int:
 
 
 def _row_ids(rows: np.ndarray) -> np.ndarray:
-    """Equal rows, equal numbers: each row's class as a number 0.. (rows of integers >= -1), the
-    columns folded in one at a time so that a number never outgrows int64."""
+    """Equal rows, equal numbers: each row's class as a number 0.. in the rows' lexicographic order
+    (rows of integers >= -1). The columns are folded into one number as long as it fits in int64,
+    and renumbered densely (a sort) only when the next column would not fit: a row of route cables
+    is dozens of small numbers."""
     ids = np.zeros(rows.shape[0], dtype=np.int64)
+    bound = 1  # every id is below it
     for column in rows.T:
         shifted = column.astype(np.int64) + 1
-        ids = np.unique(ids * (int(shifted.max(initial=0)) + 1) + shifted, return_inverse=True)[1].reshape(-1)
-    return ids
+        radix = int(shifted.max(initial=0)) + 1
+        if bound * radix > _FOLD_LIMIT:
+            ids, bound = _dense_ids(ids)
+        ids = ids * radix + shifted
+        bound *= radix
+    return _dense_ids(ids)[0]
+
+
+_FOLD_LIMIT = 1 << 62
+
+
+def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    values, dense = np.unique(ids, return_inverse=True)
+    return dense.reshape(-1), max(1, values.size)
 
 
 def _multiset_ids(group: np.ndarray, key: np.ndarray, n_groups: int) -> np.ndarray:
