@@ -80,11 +80,13 @@ def settle(page, timeout_s: float = 240.0) -> None:
     a row, a second apart)."""
     deadline = time.monotonic() + timeout_s
     quiet = 0
-    while quiet < 2:
+    while True:
         if time.monotonic() > deadline:
             raise TimeoutError("the page kept running")
         running = page.locator('[data-testid="stStatusWidget"]').count() > 0
         quiet = 0 if running else quiet + 1
+        if quiet == 2:
+            return
         page.wait_for_timeout(1000)
 
 

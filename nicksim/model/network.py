@@ -25,6 +25,7 @@ import numpy as np
 import simpy
 
 from ._jit import njit
+from .firing import Batches
 from .flows import Workspace, fair_rates_flat
 from .linkclasses import LinkClasses
 
@@ -511,8 +512,10 @@ class FluidNetwork:
             return  # the links were re-divided since this wake-up was planned
         self._advance()
         heads, gone = _arrivals(self._rate, self._left, self._head)
+        firing = Batches(self.env)  # thousands of transfers can arrive at once: one queue entry per instant
         for i in heads.tolist():
-            self._fire_head(self.moving[i])
+            self._fire_head(self.moving[i], firing)
+        firing = Batches(self.env)  # a new batch: _hold schedules in between
         if gone.size:
             done = [self.moving[i] for i in gone.tolist()]
             for i, item in zip(gone.tolist(), done):
@@ -525,8 +528,8 @@ class FluidNetwork:
             self._left[gone], self._head[gone], self._rate[gone] = np.inf, -np.inf, 0.0
             self._holes += gone.size
             for item in done:
-                self._fire_head(item)
-                self._finish(item)
+                self._fire_head(item, firing)
+                self._finish(item, firing)
         self._later()
 
     def _after(self, delay: float, event: simpy.Event) -> None:
@@ -538,11 +541,18 @@ class FluidNetwork:
         else:
             event.succeed()
 
-    def _fire_head(self, item: _Transfer) -> None:
+    def _fire_head(self, item: _Transfer, firing: Batches | None = None) -> None:
         if item.head is not None:
             head, item.head = item.head, None
-            self._after(item.lat, head)
+            if firing is None:
+                self._after(item.lat, head)
+            else:
+                firing.add(item.lat, head)
 
-    def _finish(self, item: _Transfer) -> None:
-        item.sent.succeed()
-        self._after(item.lat, item.done)
+    def _finish(self, item: _Transfer, firing: Batches | None = None) -> None:
+        if firing is None:
+            item.sent.succeed()
+            self._after(item.lat, item.done)
+        else:
+            firing.add(0.0, item.sent)
+            firing.add(item.lat, item.done)

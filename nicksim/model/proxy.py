@@ -15,6 +15,8 @@ from collections.abc import Hashable
 
 import simpy
 
+from .firing import Batches
+
 __all__ = ["ProxyThreads"]
 
 _TOGETHER = 1e-12  # relative difference under which two posts end together (float residue)
@@ -107,11 +109,12 @@ class ProxyThreads:
             return  # a post came since this wake-up was planned
         self._advance(state)
         limit = state.work + _TOGETHER * max(1.0, abs(state.work))
+        ended = Batches(self.env)
         while state.ends and state.ends[0][0] <= limit:
             _, _, weight, event = heapq.heappop(state.ends)
             state.weight -= weight
             if event is not None:
-                event.succeed()
+                ended.add(0.0, event)
         if not state.ends:
             state.weight = 0  # no residue left behind
         self._plan(thread, state)
