@@ -5,6 +5,7 @@ from nicksim.calls import call_for_size
 from nicksim.job import JobSpec, load_job
 from nicksim.model.engine import des_setup, simulate
 from nicksim.model.fabric import build_fabric
+from nicksim.model.network import FluidNetwork
 from nicksim.model.routes import Router
 from nicksim.model.symmetry import Collapse
 from nicksim.model import engine, translation
@@ -149,6 +150,11 @@ def test_a_class_worked_out_on_arrays_is_what_reducing_every_mates_route_gives(m
     call = call_for_size("alltoall", 4 * MiB, "float", "sum", 0, job.nranks)
     on_arrays = simulate(des_setup(job), call)
     seen = []
+    registered = {}  # every copy the arrays' way hands to the network, so far
+
+    def recording(self, at, of):
+        registered.update(zip(at.tolist(), of.tolist()))
+        real_mirror_arrays(self, at, of)
 
     def listed_and_reduced(self, own, short_own):
         links, short = [], {}
@@ -157,12 +163,28 @@ def test_a_class_worked_out_on_arrays_is_what_reducing_every_mates_route_gives(m
             links += more
             for x, d in less.items():
                 short[x] = short.get(x, 0.0) + d
-        got = self.mirrors.reduce(links, short)
-        seen.append((got == real(self, own, short_own), bool(got[1])))
-        return got
+        return self.mirrors.reduce(links, short)
 
-    real = engine._Sim._shifted_class
-    monkeypatch.setattr(engine._Sim, "_shifted_class", listed_and_reduced)
+    def checked_shifted_class(self, own, short_own):
+        links, short, copies = listed_and_reduced(self, own, short_own)
+        same = (links, short) == real_shifted_class(self, own, short_own) and copies.items() <= registered.items()
+        self.net.mirror(copies)
+        seen.append((same, bool(short)))
+        return links, short
+
+    def checked_class_route(self, parts):
+        own = tuple(link for part in parts for link in part)
+        links, short, copies = listed_and_reduced(self, own, {})
+        same = links == real_class_route(self, parts) and copies.items() <= registered.items()
+        self.net.mirror(copies)
+        seen.append((same, bool(short)))
+        return links
+
+    real_shifted_class, real_class_route = engine._Sim._shifted_class, engine._Sim._class_route
+    real_mirror_arrays = FluidNetwork.mirror_arrays
+    monkeypatch.setattr(FluidNetwork, "mirror_arrays", recording)
+    monkeypatch.setattr(engine._Sim, "_shifted_class", checked_shifted_class)
+    monkeypatch.setattr(engine._Sim, "_class_route", checked_class_route)
     reduced = simulate(des_setup(job), call)
     assert on_arrays.n_node_classes == reduced.n_node_classes < job.nodes
     assert seen and all(same for same, _ in seen)

@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import wraps
+from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -449,7 +450,7 @@ class _CallRun:
 
 
 class _Sim:
-    def __init__(self, setup: DesSetup, n_channels: int, first_algorithm: str = "Ring"):
+    def __init__(self, setup: DesSetup, n_channels: int, first_algorithm: str = "Ring", merge_links: bool = True):
         job, params = setup.job, setup.params
         self.setup, self.job, self.params = setup, job, params
         self.per_node = len(job.paths.node_system.gpus())
@@ -488,7 +489,8 @@ class _Sim:
         self.trunked = self.multipath and self.ib.spreads_evenly and bool(self.fabric.trunks) \
             and not faulty.intersection(self.fabric.trunk_of)
         self.env = simpy.Environment()
-        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace, hold=params.hold)
+        self.net = FluidNetwork(self.env, capacity, latency, record=setup.trace, hold=params.hold,
+                                merge_links=merge_links)
         self.proxy = ProxyThreads(self.env)
         self.conns: dict[tuple, _Conn] = {}
         self.waiting: dict[tuple, simpy.Event] = {}
@@ -516,6 +518,9 @@ class _Sim:
         self.translation: Translation | None = None  # with a collapse by a shift: the shift of links
         self.simulated: frozenset[int] = frozenset()  # with a collapse: the ranks that run a channel
         self.routes: dict[tuple, tuple] = {}
+        self._stand_ins_of: dict[tuple, tuple[int, ...]] = {}
+        self._trunk_routes: dict[tuple, tuple[int, ...]] = {}
+        self._class_parts: dict[tuple[int, ...], list[list[int]]] = {}
         self._shares: dict[tuple[int, float], tuple[int, float]] = {}
         self._link_ids: np.ndarray | None = None
         self._fabric_routes: dict[tuple, tuple[int, ...]] = {}
@@ -622,11 +627,20 @@ class _Sim:
         compared only between channels whose ranks run alike streams of alike primitives: a
         point-to-point channel's streams are named by their peers, and an alltoall's routes, one per
         pair of ranks, are worked out when they first move."""
+        names_of: dict[int, list] = {}  # channel -> (rank, stream name)
+        for rank, progs in programs.items():
+            for prog in progs:
+                names_of.setdefault(prog.channel, []).extend((rank, stream.name) for stream in prog.streams)
+        names = {channel: tuple(named) for channel, named in names_of.items()}
+        n_named = Counter(names.values())
+        maybe = {channel for channel, named in names.items() if n_named[named] > 1}
         streams_of: dict[int, list] = {}  # channel -> (rank, stream name, its primitives' shapes)
         kinds_of: dict[int, list] = {}    # channel -> (rank, node, local rank, its primitives' kinds)
         for rank, progs in programs.items():
             node, local = divmod(rank, self.per_node)
             for prog in progs:
+                if prog.channel not in maybe:  # no other channel's streams are named alike
+                    continue
                 named = streams_of.setdefault(prog.channel, [])
                 kinds = kinds_of.setdefault(prog.channel, [])
                 for stream in prog.streams:
@@ -635,7 +649,10 @@ class _Sim:
         alike = {channel: tuple(named) for channel, named in streams_of.items()}
         n_alike = Counter(alike.values())
         by_sig: dict[tuple, list[int]] = {}
-        for channel in sorted(alike):
+        for channel in sorted(names):
+            if channel not in alike:
+                by_sig[("alone", channel)] = [channel]
+                continue
             sig = ("alone", alike[channel])
             if n_alike[alike[channel]] > 1:
                 sig = ("links", alike[channel], tuple(
@@ -911,13 +928,13 @@ class _Sim:
         LL128 flag their lines (no flush, no step round trip to wait for) and leave the connections out."""
         conns = self._conns.get(route)
         if conns is None:
-            conns = self._conns[route] = tuple(sorted({x for x in route if x >= self.conn_base}))
+            conns = self._conns[route] = tuple(sorted(set(filter(self.conn_base.__le__, route))))
         if not conns:
             return route, ()
         if protocol != "Simple" or wire <= 0:  # the route without its connections, kept only where asked for
             bare = self._bare.get(route)
             if bare is None:
-                bare = self._bare[route] = tuple(x for x in route if x < self.conn_base)
+                bare = self._bare[route] = tuple(filter(self.conn_base.__gt__, route))
             return bare, ()
         cost = self.params.net_step_us * 1e3 * c.factor * steps / wire
         return route, tuple((x, cost) for x in conns)
@@ -988,10 +1005,15 @@ class _Sim:
         return got
 
     def _stand_ins(self, peers, channel: int) -> list[int]:
-        ranks = [p for p in peers if p >= 0]
-        if self.collapse is None:
-            return ranks
-        return list(dict.fromkeys(self.collapse.rep_rank(p, channel) for p in ranks))
+        """The ranks simulated for `peers` (switches left out), each once, in their order."""
+        key = (tuple(peers), channel)
+        got = self._stand_ins_of.get(key)
+        if got is None:
+            ranks = [p for p in peers if p >= 0]
+            if self.collapse is not None:
+                ranks = list(dict.fromkeys(self.collapse.rep_rank(p, channel) for p in ranks))
+            got = self._stand_ins_of[key] = tuple(ranks)
+        return list(got)
 
     def _switch_inputs(self, c: _CallRun, prim, channel: int, key: tuple, state: list):
         """Wait for what the switches must hold before `prim` runs; returns the completion events
@@ -1057,18 +1079,20 @@ class _Sim:
             per_slice = c.factor * prim.steps
             first = max(0, sent_msgs - per_slice * (c.credits - 1))
             first, n_msgs = first % self.ib.qps, sent_msgs + per_slice - first
-        key = (c.plan.algorithm, c.plan.protocol, rank, channel, prim.op, prim.recv_from, prim.send_to, first,
-               n_msgs)
+        # What it reads from matters only where a switch sends it: a receive's route is its CTA's, whoever sends.
+        key = (c.plan.algorithm, c.plan.protocol, rank, channel, prim.op, COLLNET_SWITCH in prim.recv_from,
+               prim.send_to, first, n_msgs)
         cached = self.routes.get(key)
         if cached is None:
-            own, hw, short = self._member_route(c, prim, rank, channel, node, local, peers_out, first, n_msgs)
+            parts, hw, short = self._member_parts(c, prim, rank, channel, node, local, peers_out, first, n_msgs)
+            own = tuple(chain.from_iterable(parts))
             short_own = short
             # The parallel routes have one route's latency: a link carrying a share counts that share.
-            lat = sum(self.net.latency[x] for x in own) - sum(self.net.latency[x] * d for x, d in short.items())
+            latency = self.net.latency
+            lat = sum(map(latency.__getitem__, own)) - sum(latency[x] * d for x, d in short.items())
             links = list(own)
             if collapse is not None and self.translation is not None and self.mirrors is not None:
-                links, short, copies = self._shifted_class(own, short_own)
-                self.net.mirror(copies)
+                links, short = self._shifted_class(own, short_own) if short_own else (self._class_route(parts), {})
             elif collapse is not None:
                 links, short = [], dict()
                 for member in collapse.members(rank, channel):
@@ -1084,31 +1108,66 @@ class _Sim:
                 if self.mirrors is not None:  # twins' copies of links carry what the first twin's do
                     links, short, copies = self.mirrors.reduce(links, short)
                     self.net.mirror(copies)
-            uses = Counter(links)
-            one = self._shares  # one object per (link, share): spread routes list the same ones over and over
-            shares = tuple(sorted(one.setdefault(pair, pair) for pair in ((x, (uses[x] - d) / uses[x])
-                                                                         for x, d in short.items())))
+            shares = self._shares_of(links, short)
             # The members' routes run side by side: the latency is one route's, not their sum.
             cached = self.routes[key] = (tuple(links), hw, lat if collapse is not None or short else None, shares)
         return cached
 
+    def _shares_of(self, links: list[int], short: dict[int, float]) -> tuple[tuple[int, float], ...]:
+        """(link, share of a whole crossing) for the links of `links` that carry only a share."""
+        if not short:
+            return ()
+        uses = Counter(links)
+        one = self._shares  # one object per (link, share): spread routes list the same ones over and over
+        return tuple(sorted(one.setdefault(pair, pair) for pair in ((x, (uses[x] - d) / uses[x])
+                                                                   for x, d in short.items())))
+
+    def _class_route(self, parts: list[tuple[int, ...]]) -> list[int]:
+        """`_shifted_class`'s links for a route that no link carries a share of, put together from
+        its parts' (`_member_parts`): a part's images, and the copies among them, are worked out once,
+        and the route's are its parts' block by block."""
+        per_part = []
+        for part in parts:
+            got = self._class_parts.get(part)
+            if got is None:
+                got = self._class_parts[part] = self._class_part(part)
+            per_part.append(got)
+        links: list[int] = []
+        for k in range(len(per_part[0]) if per_part else 0):
+            for got in per_part:
+                links += got[k]
+        return links
+
+    def _class_part(self, part: tuple[int, ...]) -> list[list[int]]:
+        """Per block, the links of `part`'s image that are not a twin's copy (those are handed to
+        the network as copies)."""
+        blocks = self.job.nodes // self.translation.nodes_shift
+        every = self.translation.images(part, blocks)
+        canon = self.mirrors.canon_of()[every]
+        first = canon == every
+        self.net.mirror_arrays(every[~first], canon[~first])
+        if self._link_ids is None:  # the links' ids as objects made once: the routes of an alltoall hold millions
+            self._link_ids = np.arange(self.translation.perm.size).astype(object)
+        return [self._link_ids[row[keep]].tolist()
+                for row, keep in zip(every.reshape(blocks, -1), first.reshape(blocks, -1))]
+
     def _shifted_class(self, own: tuple[int, ...], short_own: dict[int, float]
-                       ) -> tuple[list[int], dict[int, float], dict[int, int]]:
+                       ) -> tuple[list[int], dict[int, float]]:
         """What Mirrors.reduce makes of every class-mate's route, worked out on arrays, for a route
         `own` of a representative (in the first block): the mates' routes are its images
         (translation.py), so each twin's copy of a link is crossed as the first twin's is by
         construction, and reduce's route-by-route check has nothing to find. The links and shares
-        come in reduce's order, with the copies it names."""
+        come in reduce's order; the copies it names are handed to the network."""
         canon_of = self.mirrors.canon_of()
         image = self.translation.image
         blocks = range(self.job.nodes // self.translation.nodes_shift)
-        every = np.concatenate([image(own, k) for k in blocks])
+        every = self.translation.images(own, len(blocks))
         canon = canon_of[every]
         first = canon == every
         if self._link_ids is None:  # the links' ids as objects made once: the routes of an alltoall hold millions
             self._link_ids = np.arange(self.translation.perm.size).astype(object)
         links = self._link_ids[every[first]].tolist()
-        copies = dict(zip(every[~first].tolist(), canon[~first].tolist()))
+        self.net.mirror_arrays(every[~first], canon[~first])
         short: dict[int, float] = {}
         if short_own:
             shares = list(short_own.values())
@@ -1116,7 +1175,7 @@ class _Sim:
                 for x, d in zip(image(list(short_own), k).tolist(), shares):
                     if canon_of[x] == x:
                         short[x] = short.get(x, 0.0) + d
-        return links, short, copies
+        return links, short
 
     def _shifted(self, own: tuple[int, ...], short_own: dict[int, float], apart: int
                  ) -> tuple[list[int], dict[int, float]]:
@@ -1135,26 +1194,33 @@ class _Sim:
                       first_msg: int = 0, n_msgs: int = 1) -> tuple[tuple[int, ...], str, dict[int, float]]:
         """The links of one rank's slice, its hardware row, and per link crossed by only a share of the
         bytes what is missing from a whole crossing (summed over its listings)."""
+        parts, hw, short = self._member_parts(c, prim, rank, channel, node, local, peers_out, first_msg, n_msgs)
+        return tuple(chain.from_iterable(parts)), hw, short
+
+    def _member_parts(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, peers_out,
+                      first_msg: int = 0, n_msgs: int = 1) -> tuple[list[tuple[int, ...]], str, dict[int, float]]:
+        """`_member_route` with the route in the parts it is made of (a CTA, a leg, a peer's path),
+        in order: the parts recur from route to route where the routes do not."""
         r = c.router
-        links = [r.cta(rank, channel)]
+        links = [(r.cta(rank, channel),)]
         hw = ""
         if prim.op in _REDUCING_NVLS:  # multimem.ld_reduce: every GPU's copy in, the sum out to the head
             for i in range(self.per_node):
-                links += r.nvls_up(node, i)
-            links += r.nvls_down(node, local)
+                links.append(r.nvls_up(node, i))
+            links.append(r.nvls_down(node, local))
             hw = HW_NVLINK
         if NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter":  # multimem.st to every GPU of the node
-            links += r.nvls_up(node, local)
+            links.append(r.nvls_up(node, local))
             for i in range(self.per_node):
-                links += r.nvls_down(node, i)
+                links.append(r.nvls_down(node, i))
             hw = HW_NVLINK
         if COLLNET_SWITCH in prim.recv_from:
-            links += r.collnet_down(channel, rank)
+            links.append(tuple(r.collnet_down(channel, rank)))
             hw = HW_NET
         if COLLNET_SWITCH in prim.send_to:
-            links += r.collnet_up(channel, rank)
+            links.append(tuple(r.collnet_up(channel, rank)))
             if self.params.net_step_us > 0:
-                links.append(r.net_conn(rank, channel, 0))
+                links.append((r.net_conn(rank, channel, 0),))
             hw = HW_NET
         slot = 0
         short: dict[int, float] = {}
@@ -1163,22 +1229,29 @@ class _Sim:
                 head, cables, tail = r.net_parts(channel, rank, dst)
                 kind = HW_NET
                 if self.trunked:
-                    links += head + trunk_route(self.fabric, cables) + tail
+                    links += (head, self._trunk_route(cables), tail)
                 elif len(cables) > 1:
-                    links += _spread(head, cables, tail, self.ib.path_weights(len(cables), first_msg, n_msgs), short)
+                    links.append(tuple(_spread(head, cables, tail, self.ib.path_weights(len(cables), first_msg,
+                                                                                        n_msgs), short)))
                 else:
-                    links += head + cables[0] + tail
+                    links += (head, cables[0], tail)
             else:
                 route, kind = r.peer(channel, rank, dst)
-                links += route
+                links.append(tuple(route))
             if kind == HW_NET and slot < NET_CONN_SLOTS and self.params.net_step_us > 0:
-                links.append(r.net_conn(rank, channel, slot))
+                links.append((r.net_conn(rank, channel, slot),))
                 slot += 1
             if hw != HW_NET:
                 hw = kind
         if peers_out and c.plan.protocol == "LL" and c.plan.algorithm != "P2P":
-            links.append(r.ll(rank))
-        return tuple(links), hw, short
+            links.append((r.ll(rank),))
+        return links, hw, short
+
+    def _trunk_route(self, cables: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
+        got = self._trunk_routes.get(cables)
+        if got is None:
+            got = self._trunk_routes[cables] = trunk_route(self.fabric, cables)
+        return got
 
     # --- the outcome --------------------------------------------------------------------------
 
@@ -1408,7 +1481,7 @@ def simulate(setup: DesSetup, call: Call, plan: Plan | None = None, merge: bool 
 def _simulate(setup: DesSetup, call: Call, plan: Plan | None, merge: bool, collapse: bool, mirror: bool) -> DesRun:
     job = setup.job
     plan, run_plan, factor, programs = _call_plan(job, call, setup.params.max_chunks, plan)
-    sim = _Sim(setup, _channels_of(run_plan, programs), run_plan.algorithm)
+    sim = _Sim(setup, _channels_of(run_plan, programs), run_plan.algorithm, _merges_links([run_plan]))
     c = _CallRun(sim, 0, run_plan, factor)
     if programs is None:
         sim.collapse = _collapse(sim, run_plan) if collapse else None
@@ -1430,6 +1503,15 @@ def _simulate(setup: DesSetup, call: Call, plan: Plan | None, merge: bool, colla
     sim.run(c, programs, merge)
     return replace(_outcome(sim, plan, factor, sim.collapse.n_classes if sim.collapse else job.nodes,
                             sim.collapse is None or sim.collapse.exact), step_factor=steps)
+
+
+def _merges_links(plans: list[Plan]) -> bool:
+    """Whether the network keeps classes of links crossed alike (linkclasses.py) for these calls:
+    not where all are point-to-point. A send's route is its rank pair's own, so nearly every new
+    route splits a class, and keeping the classes (a pass over the route's links, a list of the
+    routes crossing each link) costs more than the smaller division saves: alltoall on 1024 GPUs
+    98 -> 91 s CPU, on 128 and 256 GPUs 5-8% less, the same answers."""
+    return any(plan.algorithm != "P2P" for plan in plans)
 
 
 def _shift_collapse(sim: "_Sim", programs: _P2pPrograms, mirror: bool) -> Mapping[int, tuple]:
@@ -1487,7 +1569,8 @@ def simulate_sequences(setup: DesSetup, calls: Mapping[int, Sequence[Call]],
         raise UsageError("no rank makes a call", "calls", "at least one call")
     n_channels = max(_channels_of(run_plan, programs) for _, run_plan, _, programs in planned.values())
     first = next(seq[0] for _, seq in sorted(calls.items()) if seq)
-    sim = _Sim(setup, n_channels, planned[first][1].algorithm)
+    sim = _Sim(setup, n_channels, planned[first][1].algorithm,
+               _merges_links([run_plan for _, run_plan, _, _ in planned.values()]))
     runs: dict[tuple[int, Call], _CallRun] = {}
     sequences: dict[int, list[tuple[_CallRun, tuple]]] = {}
     for rank in range(job.nranks):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 import simpy
@@ -168,7 +169,7 @@ class FluidNetwork:
         # With `record`, (time, link, GB/s) whenever a link's carried rate changes.
         self.series: list[tuple[float, int, float]] | None = [] if record else None
         self._load = np.zeros(len(self.capacity))
-        self._shapes: dict[tuple, tuple] = {}  # (route, weight, costs) -> (route, links, counts, id, latency)
+        self._shapes: dict[tuple, tuple] = {}  # (route, weight, costs) -> (route, links, counts, id)
         # Since the last division: the shapes of the transfers that arrived (id -> count) and the
         # rate each had, and whether a capacity changed. Max-min rates depend only on the multiset
         # of shapes moving and the capacities, so when the transfers started since are exactly
@@ -185,7 +186,9 @@ class FluidNetwork:
         self.n_divisions = 0
         self.n_pairs = 0  # (transfer, link) pairs the divisions have seen, all together
         self.n_transfers = 0
-        self._mirrors: dict[int, int] = {}  # a link no route lists -> the link whose load it has
+        self._route_lats: dict[tuple[int, ...], float] = {}
+        self._mirror_of = np.full(len(self.capacity), -1, dtype=np.int64)  # a link no route lists -> the link
+        # whose load it has (-1: none)
         # Links crossed alike by every shape so far: the pair columns list only each class's tightest
         # link (`_reduced`, per shape id). A new shape that splits a class makes the columns stale.
         self._classes = LinkClasses(self.capacity) if merge_links else None
@@ -218,12 +221,18 @@ class FluidNetwork:
     def mirror(self, copies: dict[int, int]) -> None:
         """Links that no route lists, each carrying at every moment what the link it maps to carries
         (a collapsed node's twin's copy, mirrors.py): its bytes and busy time are that link's."""
-        self._mirrors.update(copies)
+        if copies:
+            self.mirror_arrays(np.fromiter(copies.keys(), dtype=np.int64, count=len(copies)),
+                               np.fromiter(copies.values(), dtype=np.int64, count=len(copies)))
+
+    def mirror_arrays(self, copies: np.ndarray, of: np.ndarray) -> None:
+        """`mirror` for links `copies`, each carrying what the link at the same place in `of` does."""
+        self._mirror_of[copies] = of
 
     def _copy_mirrors(self, per_link: np.ndarray) -> None:
-        if self._mirrors:
-            copies = np.fromiter(self._mirrors.keys(), dtype=np.int64, count=len(self._mirrors))
-            per_link[copies] = per_link[np.fromiter(self._mirrors.values(), dtype=np.int64, count=len(copies))]
+        copies = np.flatnonzero(self._mirror_of >= 0)
+        if copies.size:
+            per_link[copies] = per_link[self._mirror_of[copies]]
 
     def transfer(self, route: Sequence[int], nbytes: float, lat_us: float = 0.0) -> simpy.Event:
         """An event fired when `nbytes` sent along `route` (link ids) have all arrived."""
@@ -243,8 +252,8 @@ class FluidNetwork:
         done, sent = self.env.event(), self.env.event()
         head = done if head_nbytes >= nbytes else self.env.event()
         shape = self._shape(tuple(route), weight, costs)
-        path_lat = shape[4] if route_lat_us is None else route_lat_us
-        item = _Transfer(shape[:4], nbytes, done, sent, lat_us + path_lat, None if head is done else head,
+        path_lat = self._route_lat(shape[0]) if route_lat_us is None else route_lat_us
+        item = _Transfer(shape, nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
         item.tag = tag
         self._start(item)
@@ -260,10 +269,8 @@ class FluidNetwork:
             links = np.fromiter(use.keys(), dtype=np.int64, count=len(use))
             counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
             if costs:  # one pass: a spread route lists hundreds of spine cables at a share
-                cost_of = dict(costs)
-                counts *= np.fromiter((cost_of.get(link, 1.0) for link in use), dtype=np.float64, count=len(use))
-            shape = self._shapes[key] = (route, links, counts, len(self._shapes),
-                                         sum(self.latency[link] for link in route))
+                counts *= np.fromiter(map(dict(costs).get, use, repeat(1.0)), dtype=np.float64, count=len(use))
+            shape = self._shapes[key] = (route, links, counts, len(self._shapes))
             self._shape_nbytes.append(0.0)
             if self._classes is not None:
                 listed = links.tolist()
@@ -271,6 +278,14 @@ class FluidNetwork:
                 for link in listed:
                     self._crossing.setdefault(link, []).append(shape[3])
         return shape
+
+    def _route_lat(self, route: tuple[int, ...]) -> float:
+        """The sum of a route's link latencies, worked out once per route, where asked for: a
+        route that stands for several parallel ones comes with its own."""
+        got = self._route_lats.get(route)
+        if got is None:
+            got = self._route_lats[route] = sum(map(self.latency.__getitem__, route))
+        return got
 
     def _split(self, splits: list[tuple[int, list[int]]]) -> None:
         """Classes of links a new shape split: each link of one had, up to now, the busy time of

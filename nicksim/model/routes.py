@@ -53,6 +53,9 @@ class Router:
         self.n_channels = max(1, n_channels)
         self.cta_base = len(fabric.links) + len(fabric.trunks)
         self._cache: dict[tuple, tuple] = {}
+        self._p2p_legs: dict[tuple, tuple | None] = {}
+        self._cables_of: dict[tuple, tuple] = {}
+        self._legs_on: dict[tuple, tuple[int, ...]] = {}
         nvs = self.system.of_kind("NVS")
         self.nvs = nvs[0] if nvs else None
 
@@ -171,17 +174,28 @@ class Router:
         """Point-to-point over the network: the sender's NIC as ncclTopoGetNetDev picks it for the peer
         (its own, or the one by the peer's GPU through a PXN relay); the receiver asks with itself as
         the peer (net.cc recvSetup), so it receives on its own NIC."""
-        s = self.system
         (n1, l1), (n2, l2) = divmod(src, self.per_node), divmod(dst, self.per_node)
-        dev = lambda local: s.nodes[s.gpu_by_rank(local)].gpu.dev  # noqa: E731
-        send_net, proxy = self._p2p_net(l1, dev(l2), channel)
-        recv_net, _ = self._p2p_net(l2, dev(l2), channel)
+        legs = self._p2p_legs.get((channel, l1, l2))
+        if legs is None:  # the same on every pair of node copies: an alltoall asks for millions
+            legs = self._p2p_legs[(channel, l1, l2)] = self._p2p_node_legs(channel, l1, l2)
+            if legs is None:
+                raise UsageError(f"rank {src} or rank {dst} has no NIC", "model", "a system whose nodes have NICs")
+        send_port, recv_port, head, tail = legs
+        return self._on_node(head, n1), self._port_cables((n1, send_port), (n2, recv_port)), self._on_node(tail, n2)
+
+    def _p2p_node_legs(self, channel: int, l1: int, l2: int) -> tuple[int, int, tuple, tuple] | None:
+        """For local ranks `l1` sending to `l2` on `channel`: the sender's and the receiver's NIC
+        ports and their legs to and from their GPUs, in the first node copy (None where either has
+        no NIC)."""
+        s = self.system
+        peer_dev = s.nodes[s.gpu_by_rank(l2)].gpu.dev
+        send_net, proxy = self._p2p_net(l1, peer_dev, channel)
+        recv_net, _ = self._p2p_net(l2, peer_dev, channel)
         if send_net is None or recv_net is None:
-            raise UsageError(f"rank {src} or rank {dst} has no NIC", "model", "a system whose nodes have NICs")
-        cables = self._port_cables((n1, self._port(send_net)), (n2, self._port(recv_net)))
+            return None
         head = self._cached(("p2p_head", l1, send_net, proxy), lambda: self._p2p_head(l1, send_net, proxy))
         tail = self._cached(("p2p_tail", l2, recv_net), lambda: node_route(self.fabric, 0, recv_net, self._gpu(l2)))
-        return self._on_node(head, n1), cables, self._on_node(tail, n2)
+        return self._port(send_net), self._port(recv_net), head, tail
 
     def _p2p_head(self, local: int, send_net: int, proxy: int) -> tuple[int, ...]:
         """A local rank's GPU to the NIC it sends on (through the PXN relay `proxy` where that is not
@@ -195,8 +209,11 @@ class Router:
         alltoall's routes hold millions of them)."""
         if not node:
             return leg
-        base = node * self.fabric.per_node
-        return self._cached(("on", leg, node), lambda: tuple(base + link for link in leg))
+        got = self._legs_on.get((leg, node))
+        if got is None:
+            base = node * self.fabric.per_node
+            got = self._legs_on[(leg, node)] = tuple(base + link for link in leg)
+        return got
 
     def _p2p_net(self, local: int, peer_dev: int, channel: int) -> tuple:
         """paths.p2p_net, the same for every node copy: looked up once."""
@@ -252,7 +269,10 @@ class Router:
     def _port_cables(self, src: tuple[int, int], dst: tuple[int, int]) -> tuple[tuple[int, ...], ...]:
         """cable_routes between two NIC ports, looked up once per pair of ports: the channels and
         GPUs that share a NIC share its routes."""
-        return self._cached(("cables", src, dst), lambda: cable_routes(self.fabric, src, dst))
+        got = self._cables_of.get((src, dst))
+        if got is None:
+            got = self._cables_of[(src, dst)] = cable_routes(self.fabric, src, dst)
+        return got
 
     def nvls_up(self, node: int, local: int) -> tuple[int, ...]:
         return self._nvs(node, local, up=True)

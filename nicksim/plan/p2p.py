@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import gcd
+from typing import NamedTuple
 
 from ..calls import Call
 from ..constants.rules import releases_where, rules_for_minor
@@ -150,10 +151,10 @@ def u32fp8_round(x: int) -> int:
     return mantissa << (exponent - 1 if exponent else 0)
 
 
-@dataclass(frozen=True)
-class P2pTransfer:
+class P2pTransfer(NamedTuple):
     """One direction of one round: `nbytes` to or from `peer`, in `n_parts` parts of `chunk_nbytes`
-    chunks (data bytes) on the channels NCCL assigns, with `protocol`."""
+    chunks (data bytes) on the channels NCCL assigns, with `protocol`. A tuple: an alltoall's ranks
+    make one per peer each, millions on a thousand GPUs."""
 
     round: int
     peer: int
