@@ -1343,7 +1343,8 @@ def _p2p_plan(job, call: Call, max_chunks: int) -> tuple[Plan, dict[int, tuple],
         transfers = p2p.transfers(call, rank)
         lengths = p2p.stream_chunks(call, rank, transfers)
         longest, streams = max([longest, *lengths]), max(streams, len(lengths))
-        channels = max([channels, *(1 + c for t in transfers if t.send or t.peer != rank for c in t.channels)])
+        used = {t.channels for t in transfers if t.send or t.peer != rank}
+        channels = max([channels, *(1 + c for chans in used for c in chans)])
         key_ids.append(kinds.setdefault(transfers_key(transfers, rank, job.nranks), len(kinds)))
     factor = max(1, -(-longest // max(2, 8 * max_chunks // max(1, streams))))
     return call_plan(job, call), _P2pPrograms(p2p, call, factor, channels, tuple(key_ids)), factor

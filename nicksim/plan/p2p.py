@@ -22,6 +22,7 @@ What changed between releases:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import gcd
 from typing import NamedTuple
 
@@ -110,6 +111,20 @@ def _group_schedule(rank: int, nodes: int, per_node: int, size: int) -> list[tup
             out.append((first_rank(send_group) + (local + delta) % size,
                         first_rank(recv_group) + (local - delta) % size))
     return out
+
+
+@lru_cache(maxsize=64)
+def _channel_bases(n_rounds: int, nodes: int, per_node: int, n_p2p_channels: int, version_minor: int,
+                   group_size: int) -> tuple[int, ...]:
+    """`_channel_base` of every round: the same for every rank, which asks for all of them."""
+    return tuple(_channel_base(round_, nodes, per_node, n_p2p_channels, version_minor, group_size)
+                 for round_ in range(n_rounds))
+
+
+@lru_cache(maxsize=4096)
+def _part_channels(n_p2p_channels: int, base: int, parts: int, version_minor: int) -> tuple[int, ...]:
+    """The channels of a transfer's parts from its round's base."""
+    return tuple(_channel_for_part(n_p2p_channels, base, p, version_minor) for p in range(parts))
 
 
 def _channel_base(round_: int, nodes: int, per_node: int, n_p2p_channels: int, version_minor: int,
@@ -217,9 +232,10 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
         return protocol, data, parts
 
     shapes: dict[tuple[bool, bool], tuple[str, int, int]] = {}  # an alltoall asks for three, n times each
-    channel_sets: dict[tuple[int, int], tuple[int, ...]] = {}
+    schedule = p2p_schedule(rank, nodes, per_node, version_minor, group_size)
+    bases = _channel_bases(len(schedule), nodes, per_node, n_p2p_channels, version_minor, group_size)
     out = []
-    for round_, (send_rank, recv_rank) in enumerate(p2p_schedule(rank, nodes, per_node, version_minor, group_size)):
+    for round_, (send_rank, recv_rank) in enumerate(schedule):
         wanted = []
         if call.collective == "alltoall":
             wanted = [(True, send_rank), (False, recv_rank)]
@@ -228,17 +244,14 @@ def p2p_transfers(call: Call, rank: int, nodes: int, per_node: int, n_p2p_channe
                 wanted.append((True, send_rank))
             if recv_rank == (rank - 1) % n:
                 wanted.append((False, recv_rank))
-        base = _channel_base(round_, nodes, per_node, n_p2p_channels, version_minor, group_size)
+        base = bases[round_]
         for send, peer in wanted:
             key = (peer == rank, peer // per_node != rank // per_node)
             got = shapes.get(key)
             if got is None:
                 got = shapes[key] = shape(*key)
             protocol, data, parts = got
-            channels = channel_sets.get((base, parts))
-            if channels is None:
-                channels = channel_sets[(base, parts)] = tuple(
-                    _channel_for_part(n_p2p_channels, base, p, version_minor) for p in range(parts))
+            channels = _part_channels(n_p2p_channels, base, parts, version_minor)
             out.append(P2pTransfer(round_, peer, send, peer_nbytes, protocol, data, channels))
     return out
 
@@ -273,12 +286,17 @@ def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_ch
 def transfers_stream_chunks(transfers: list[P2pTransfer], rank: int) -> list[int]:
     """p2p_stream_chunks of `rank`'s transfers as p2p_transfers gives them."""
     out = []
-    bounds = _Bounds()
+    chunks: dict[tuple[int, int, int], list[int]] = {}  # a rank's transfers to its peers are mostly alike
     for t in transfers:
         if t.peer == rank:  # one copy per part, by the send alone (p2p_programs)
             out += [1] * len(t.channels) if t.send else []
             continue
-        out += [max(1, _div_up(end - beg, t.chunk_nbytes)) for beg, end in bounds(len(t.channels), t.nbytes)]
+        key = (len(t.channels), t.nbytes, t.chunk_nbytes)
+        got = chunks.get(key)
+        if got is None:
+            got = chunks[key] = [max(1, _div_up(end - beg, t.chunk_nbytes))
+                                 for beg, end in (_part_bounds(key[0], part, t.nbytes) for part in range(key[0]))]
+        out += got
     return out
 
 
