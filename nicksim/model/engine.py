@@ -1146,9 +1146,8 @@ class _Sim:
         canon = self.mirrors.canon_of()[every]
         first = canon == every
         self.net.mirror_arrays(every[~first], canon[~first])
-        if self._link_ids is None:  # the links' ids as objects made once: the routes of an alltoall hold millions
-            self._link_ids = np.arange(self.translation.perm.size).astype(object)
-        return [self._link_ids[row[keep]].tolist()
+        ids = self._link_id_objects()
+        return [ids[row[keep]].tolist()
                 for row, keep in zip(every.reshape(blocks, -1), first.reshape(blocks, -1))]
 
     def _shifted_class(self, own: tuple[int, ...], short_own: dict[int, float]
@@ -1164,9 +1163,7 @@ class _Sim:
         every = self.translation.images(own, len(blocks))
         canon = canon_of[every]
         first = canon == every
-        if self._link_ids is None:  # the links' ids as objects made once: the routes of an alltoall hold millions
-            self._link_ids = np.arange(self.translation.perm.size).astype(object)
-        links = self._link_ids[every[first]].tolist()
+        links = self._link_id_objects()[every[first]].tolist()
         self.net.mirror_arrays(every[~first], canon[~first])
         short: dict[int, float] = {}
         if short_own:
@@ -1176,6 +1173,13 @@ class _Sim:
                     if canon_of[x] == x:
                         short[x] = short.get(x, 0.0) + d
         return links, short
+
+    def _link_id_objects(self) -> np.ndarray:
+        """Every link's id as one int object, made once: the routes of an alltoall hold millions of
+        ids, and listing them from this array shares the objects."""
+        if self._link_ids is None:
+            self._link_ids = np.arange(self.translation.perm.size).astype(object)
+        return self._link_ids
 
     def _shifted(self, own: tuple[int, ...], short_own: dict[int, float], apart: int
                  ) -> tuple[list[int], dict[int, float]]:
