@@ -63,17 +63,20 @@ class Translation:
 
     def image(self, links, k: int) -> np.ndarray:
         """`links` (ids) as the route shifted by `k` blocks crosses them."""
-        while len(self._powers) <= k:
-            self._powers.append(self.perm[self._powers[-1]])
-        return self._powers[k][np.asarray(links, dtype=np.int64)]
+        return self._power(k)[np.asarray(links, dtype=np.int64)]
 
     def images(self, links, blocks: int) -> np.ndarray:
         """`links` shifted by 0, 1, ... `blocks` - 1 blocks, one after the other: the images of
         `image(links, k)` for every k in turn, in one array."""
         if self._stacked is None or len(self._stacked) != blocks:
-            self.image((), blocks - 1)
-            self._stacked = np.stack(self._powers[:blocks])
+            self._stacked = np.stack([self._power(k) for k in range(blocks)])
         return self._stacked[:, np.asarray(links, dtype=np.int64)].ravel()
+
+    def _power(self, k: int) -> np.ndarray:
+        """The shift by `k` blocks as a permutation of the links."""
+        while len(self._powers) <= k:
+            self._powers.append(self.perm[self._powers[-1]])
+        return self._powers[k]
 
     @staticmethod
     def _cables(fabric, perm: np.ndarray, nodes: int, shift: int) -> dict[tuple, tuple]:

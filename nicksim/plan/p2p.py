@@ -286,6 +286,7 @@ def p2p_stream_chunks(call: Call, rank: int, nodes: int, per_node: int, n_p2p_ch
 def transfers_stream_chunks(transfers: list[P2pTransfer], rank: int) -> list[int]:
     """p2p_stream_chunks of `rank`'s transfers as p2p_transfers gives them."""
     out = []
+    bounds = _Bounds()
     chunks: dict[tuple[int, int, int], list[int]] = {}  # a rank's transfers to its peers are mostly alike
     for t in transfers:
         if t.peer == rank:  # one copy per part, by the send alone (p2p_programs)
@@ -294,8 +295,7 @@ def transfers_stream_chunks(transfers: list[P2pTransfer], rank: int) -> list[int
         key = (len(t.channels), t.nbytes, t.chunk_nbytes)
         got = chunks.get(key)
         if got is None:
-            got = chunks[key] = [max(1, _div_up(end - beg, t.chunk_nbytes))
-                                 for beg, end in (_part_bounds(key[0], part, t.nbytes) for part in range(key[0]))]
+            got = chunks[key] = [max(1, _div_up(end - beg, t.chunk_nbytes)) for beg, end in bounds(key[0], t.nbytes)]
         out += got
     return out
 
