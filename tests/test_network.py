@@ -152,3 +152,36 @@ def test_a_successor_of_the_same_shape_takes_the_held_share_without_a_division()
     exact, exact_divisions = held(0.0, gap_us=2.0)
     assert exact == {"A": pytest.approx(100.0), "A2": pytest.approx(152.0), "B": pytest.approx(175.0)}
     assert divisions == exact_divisions - 2  # A's arrival and A2's start cost none
+
+
+@pytest.mark.parametrize("hold", [0.0, 2.0])
+def test_a_transfer_no_one_awaits_ends_where_it_would_and_leaves_the_others_bit_for_bit(hold):
+    # transfer2(arrivals=False) makes no head or done event (a receive's copy out of its buffer),
+    # yet the network must wake at its head as before: every time, its own `sent` included, is
+    # the same to the last bit as when head and done are made and fired.
+    def times(arrivals: bool) -> dict[tuple[int, str], float]:
+        env = simpy.Environment()
+        net = FluidNetwork(env, [3.066, 18.097, 10.692], [0.5, 0.25, 1.0], hold=hold)
+        out: dict[tuple[int, str], float] = {}
+
+        def one(i, at, route, nbytes, head_nbytes, awaited):
+            yield env.timeout(at)
+            head, done, sent = net.transfer2(route, nbytes, 0.3, head_nbytes, arrivals=awaited)
+            assert (head is None and done is None) == (not awaited)
+            for name, event in (("sent", sent), ("head", head), ("done", done)):
+                if event is not None:
+                    yield event
+                    out[(i, name)] = env.now
+
+        # Odd sizes and rates: a wake-up more or less leaves a different float residue.
+        for i, (at, route, nbytes, head_nbytes) in enumerate(((1.127, [2], 437339.0, 385051.9),
+                                                             (3.523, [0, 2], 721647.1, 164666.9),
+                                                             (1.974, [0, 1, 2], 230963.8, 142921.6))):
+            env.process(one(i, at, route, nbytes, head_nbytes, True))
+        env.process(one(3, 1.061, [0, 1, 2], 740076.7, 148419.9, arrivals))  # its head a wake-up of its own
+        env.run(until=10_000)
+        return out
+
+    with_events, without = times(True), times(False)
+    assert set(with_events) - set(without) == {(3, "head"), (3, "done")}
+    assert without == {key: t for key, t in with_events.items() if key in without}  # ==: the same float residue

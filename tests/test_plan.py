@@ -409,7 +409,7 @@ def test_check_catches_a_deadlock(ring_case):
 # --- point-to-point (plan_p2p.py; enqueue.cc addP2pToPlan and init.cc p2pSchedule, 2.22.3-2.27.7) ---
 
 from nicksim.graph.connect import p2p_channels, p2p_chunk_nbytes  # noqa: E402
-from nicksim.plan.p2p import p2p_programs, p2p_schedule, p2p_transfers, u32fp8_round  # noqa: E402
+from nicksim.plan.p2p import p2p_programs, p2p_schedule, p2p_setup, p2p_transfers, u32fp8_round  # noqa: E402
 
 
 def test_p2p_schedule_enumerates_every_peer_once_in_nccls_order():
@@ -460,6 +460,27 @@ def test_p2p_plans_conserve_bytes(system, nodes, minor):
             programs = {r: p2p_programs(call, r, nodes, per_node, p2p.n_channels, p2p.per_peer, chunk, minor)
                         for r in range(job.nranks)}
             check_programs(call, programs, per_node)
+
+
+@pytest.mark.parametrize("minor", [22, 28, 30])
+@pytest.mark.parametrize("system, nodes, group", [("dgx-h100", 1, "8"), ("dgx-h100", 3, "8"), ("dgx-h100", 4, "4"),
+                                                  ("pcie-8x-rtx4090", 2, "8")])
+def test_ranks_of_one_peer_pattern_make_the_same_transfers_shifted(system, nodes, group, minor):
+    # P2pSetup.peer_pattern stands for a rank's transfers in the DES's plan pass: two ranks with equal
+    # patterns must make the same transfers, each peer as far on from its own rank.
+    job = load_job(JobSpec(system=system, nodes=nodes, nccl_version=f"2.{minor}"),
+                   read_params({"NCCL_P2P_SCHEDULE_GROUP_SIZE": group}))
+    setup, n = p2p_setup(job), job.nranks
+    for coll in ("alltoall", "sendrecv"):
+        for size in (8, 65536 * 8 + 24, 1 << 22):
+            call = call_for_size(coll, size, "float", "sum", 0, n)
+            first: dict[tuple, int] = {}
+            for rank in range(n):
+                a = first.setdefault(setup.peer_pattern(call, rank), rank)
+                shifted = [t._replace(peer=(t.peer + rank - a) % n) for t in setup.transfers(call, a)]
+                assert setup.transfers(call, rank) == shifted, (coll, size, a, rank)
+            if nodes > 1:  # ranks on other nodes do not all share one pattern: the test has pairs to compare
+                assert 1 < len(first) < n
 
 
 def test_an_alltoalls_own_piece_is_one_local_copy_per_part_and_no_connection_to_itself():

@@ -57,6 +57,7 @@ from ..plan.pat import PAT_MAX_ROUND
 from ..plan.programs import NVLS_SWITCH
 from ..tuning.cost import ll_max_bw_gbps, net_overhead_us
 from .fabric import Fabric, build_fabric, trunk_route
+from .clock import run_until
 from .faults import Fault, parse_fault, parse_straggler
 from .hwparams import DesParams, des_params, wire_nbytes
 from .ib import ERROR_LINK_KINDS, ib_transport
@@ -234,10 +235,10 @@ class _PrimSetup(NamedTuple):
     net_out: set[int]                  # stand-ins of the peers it reaches over the network
     posts: tuple[int, ...]             # the proxy threads that post its network steps
     by_message: bool                   # its route moves on per message (round-robin queue pairs)
-    peers_in: list[int]
-    peers_out: list[int]
+    peers_out: tuple[int, ...]
     costly: tuple[tuple[int, float], ...]  # multimem links and what a byte costs on them
     lat: float                         # its step latency
+    peers_in: tuple[int, ...]          # last: the one field that depends on the senders (_out_setup)
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,7 @@ def _step_factor(programs: dict[int, tuple], max_steps: int) -> int:
 
 
 def _cut(programs: dict[int, tuple], k: int) -> dict[int, tuple]:
-    return {rank: tuple(replace(prog, streams=tuple(replace(stream, prims=_blocks(stream.prims, k))
+    return {rank: tuple(replace(prog, streams=tuple(stream._replace(prims=_blocks(stream.prims, k))
                                                     for stream in prog.streams))
                         for prog in progs)
             for rank, progs in programs.items()}
@@ -525,6 +526,7 @@ class _Sim:
         self._link_ids: np.ndarray | None = None
         self._fabric_routes: dict[tuple, tuple[int, ...]] = {}
         self._prim_setups: dict[tuple, _PrimSetup] = {}
+        self._out_setups: dict[tuple, tuple] = {}
         self.pat_conns: dict[tuple, list[int]] = {}
         self.last_progress = 0.0
         self.done_ranks: set[int] = set()
@@ -614,7 +616,7 @@ class _Sim:
         for fault in self.setup.faults:
             if fault.kind == "link-down":
                 self.env.process(self._link_down(fault))
-        self.env.run(until=self.setup.timeout_us)
+        run_until(self.env, self.setup.timeout_us)
 
     @staticmethod
     def _channels(programs: dict[int, tuple]) -> list[int]:
@@ -736,9 +738,9 @@ class _Sim:
     def _stream_ended(self, channel: int, state: list) -> None:
         state[3] = None
         self.finished += 1
-        self.end_us = max(self.end_us, self.env.now)
+        self.end_us = max(self.end_us, self.env._now)
         for member in self.groups[channel]:
-            self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env.now)
+            self.channel_end[member] = max(self.channel_end.get(member, 0.0), self.env._now)
 
     def _prim_stream(self, c: _CallRun, rank: int, channel: int, stream, state: list, protocol: str):
         """The primitives one after the other, each slice waiting for its inputs and slots."""
@@ -746,25 +748,37 @@ class _Sim:
         elem = c.elem_nbytes
         line = _LINE_NBYTES.get(protocol)
         posting = self.params.net_overhead_us > 0
+        weight = self.weight[channel]
+        env, net, notify, dead, spans = self.env, self.net, self._notify, self.dead, self.spans  # read per slice
+        kind = conn_id = sized = None
         for index, prim in enumerate(stream.prims):
             state[0], state[1] = index, prim
-            (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_in, peers_out, costly,
-             lat) = self._prim_setup(c, prim, rank, channel, node, local, protocol)
-            nbytes = prim.nelem * elem / c.slices
-            wire = wire_nbytes(protocol, nbytes)
-            steps = prim.steps
-            cid = (c.comm, prim.conn)  # each communicator has connections of its own
-            # What every slice of the primitive shares (a slice's route changes only by message).
-            ins = [self._conn(c, channel, src, rank, cid) for src in peers_in]
-            outs = None  # looked up once the first slice's inputs are in: the first call there sets its slots
-            switched_in = (prim.op == "nvlsGather" or NVLS_SWITCH in prim.recv_from
-                           or COLLNET_SWITCH in prim.recv_from)
-            switched_out = prim.op == "nvlsScatter" or NVLS_SWITCH in prim.send_to or COLLNET_SWITCH in prim.send_to
-            first = line if line is not None else wire * c.head_share / steps
-            tag = (rank, tuple(peers_out), channel, c.router)
-            weight = self.weight[channel]
-            moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire, protocol,
-                                                        steps)
+            # What every slice of the primitive shares (a slice's route changes only by message), kept
+            # while the primitives that follow are of the same kind, size and connection (a stream of
+            # point-to-point chunks, say).
+            if _PRIM_KIND(prim) != kind:
+                kind, conn_id, sized = _PRIM_KIND(prim), None, None
+                (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_out, costly, lat,
+                 peers_in) = self._prim_setup(c, prim, rank, channel, node, local, protocol)
+                switched_in = (prim.op == "nvlsGather" or NVLS_SWITCH in prim.recv_from
+                               or COLLNET_SWITCH in prim.recv_from)
+                switched_out = (prim.op == "nvlsScatter" or NVLS_SWITCH in prim.send_to
+                                or COLLNET_SWITCH in prim.send_to)
+                tag = (rank, tuple(peers_out), channel, c.router)
+            if prim.conn != conn_id:
+                conn_id = prim.conn
+                cid = (c.comm, conn_id)  # each communicator has connections of its own
+                ins = [self._conn(c, channel, src, rank, cid) for src in peers_in]
+                outs = None  # looked up once the first slice's inputs are in: the first call there sets its slots
+            if (prim.nelem, prim.steps) != sized:
+                sized = (prim.nelem, prim.steps)
+                nbytes = prim.nelem * elem / c.slices
+                wire = wire_nbytes(protocol, nbytes)
+                steps = prim.steps
+                msgs = c.factor * steps  # network messages a slice stands for
+                first = line if line is not None else wire * c.head_share / steps
+                moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire,
+                                                            protocol, steps)
             for s in range(c.slices):
                 state[2] = s
                 if switched_in or switched_out:
@@ -791,7 +805,7 @@ class _Sim:
                         yield self._wait(("slot", channel, rank, dst, cid))
                 if posts and posting:  # the rank's proxy thread posts the slice's network steps
                     state[3] = "its proxy thread"
-                    posted = simpy.Event(self.env)
+                    posted = simpy.Event(env)
                     self._book(posts, channel, posted, steps)
                     yield posted
                 if by_message and outs:
@@ -800,29 +814,31 @@ class _Sim:
                                                                sent_msgs)
                     moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire,
                                                                 protocol, steps)
-                start = self.env.now
-                head, done, sent = self.net.transfer2(moved, wire, block_lat, min(wire, first), tag, weight, route_lat,
-                                                      costs)
-                if self.dead:
+                start = env._now  # the clock without its property's call: read per slice, millions of times
+                # What the slice sends on is waited for by its receivers; a slice that sends on to no one
+                # (a receive's copy out of its buffer) fires only its end at the sender.
+                head, done, sent = net.transfer2(moved, wire, block_lat, min(wire, first), tag, weight, route_lat,
+                                                 costs, bool(outs) or switched_out)
+                if dead:
                     self._watch(tag, moved)
                 for dst, conn in zip(peers_out, outs):
                     conn.post(*(self._received(dst, channel, head, done, steps) if dst in net_out else (head, done)))
-                    conn.msgs += c.factor * steps
-                    self._notify(("data", channel, rank, dst, cid))
+                    conn.msgs += msgs
+                    notify(("data", channel, rank, dst, cid))
                 if switched_out:
                     self._switch_outputs(c, prim, channel, node, key, head, done)
                 state[3] = "its transfer"
                 yield sent
-                self.last_progress = self.env.now
-                if self.spans is not None:
-                    self.spans.append((rank, channel, stream.name, prim.op, start, self.env.now))
+                self.last_progress = env._now
+                if spans is not None:
+                    spans.append((rank, channel, stream.name, prim.op, start, env._now))
                 for up in upstream:
                     if not up.processed:
                         state[3] = "the rest of its input"
                         yield up
                 for src, conn in zip(peers_in, ins):
                     conn.freed += 1
-                    self._notify(("slot", channel, src, rank, cid))
+                    notify(("slot", channel, src, rank, cid))
         self._stream_ended(channel, state)
 
     def _prim_setup(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, protocol: str
@@ -833,6 +849,16 @@ class _Sim:
         latency. The same for every primitive of that shape on that rank and channel: worked out once."""
         key = (c, rank, channel, prim.op, prim.recv_from, prim.send_to, protocol)
         got = self._prim_setups.get(key)
+        if got is None:
+            out = self._out_setup(c, prim, rank, channel, node, local, protocol)
+            got = self._prim_setups[key] = _PrimSetup(*out, self._stand_ins(prim.recv_from, channel))
+        return got
+
+    def _out_setup(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, protocol: str) -> tuple:
+        """`_prim_setup` but the peers it reads from: what it reads from matters to the rest only where
+        a switch sends it (as to `_route`), so an alltoall's receives, one per sender, share one."""
+        key = (c, rank, channel, prim.op, COLLNET_SWITCH in prim.recv_from, prim.send_to, protocol)
+        got = self._out_setups.get(key)
         if got is not None:
             return got
         targets = [dst for dst in prim.send_to if dst >= 0]
@@ -842,7 +868,6 @@ class _Sim:
         # Round-robin queue pairs: each message takes the next one, so the route moves on per slice.
         by_message = self.multipath and self.ib.round_robin and bool(net_out)
         # Connections run between the ranks simulated: a peer's stand-in, once per primitive.
-        peers_in = self._stand_ins(prim.recv_from, channel)
         peers_out = self._stand_ins(prim.send_to, channel)
         net_out = set(self._stand_ins(net_out, channel))
         # Multimem traffic moves at nvls_efficiency of the NVSwitch ports' rate: on those links
@@ -851,8 +876,8 @@ class _Sim:
         costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
                   if multimem else ())
         lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
-        got = self._prim_setups[key] = _PrimSetup(targets, route, hw, route_lat, shares, net_out, posts, by_message,
-                                                  peers_in, peers_out, costly, lat)
+        got = self._out_setups[key] = (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_out,
+                                       costly, lat)
         return got
 
     def _slice_route(self, c: _CallRun, route: tuple[int, ...], route_lat: float | None, shares: tuple, costly: tuple,
@@ -1004,7 +1029,7 @@ class _Sim:
             got = self._proxy_threads[(rank, channel)] = (rank, *others)
         return got
 
-    def _stand_ins(self, peers, channel: int) -> list[int]:
+    def _stand_ins(self, peers, channel: int) -> tuple[int, ...]:
         """The ranks simulated for `peers` (switches left out), each once, in their order."""
         key = (tuple(peers), channel)
         got = self._stand_ins_of.get(key)
@@ -1013,7 +1038,7 @@ class _Sim:
             if self.collapse is not None:
                 ranks = list(dict.fromkeys(self.collapse.rep_rank(p, channel) for p in ranks))
             got = self._stand_ins_of[key] = tuple(ranks)
-        return list(got)
+        return got
 
     def _switch_inputs(self, c: _CallRun, prim, channel: int, key: tuple, state: list):
         """Wait for what the switches must hold before `prim` runs; returns the completion events
@@ -1090,7 +1115,7 @@ class _Sim:
             # The parallel routes have one route's latency: a link carrying a share counts that share.
             latency = self.net.latency
             lat = sum(map(latency.__getitem__, own)) - sum(latency[x] * d for x, d in short.items())
-            links = list(own)
+            links = own
             if collapse is not None and self.translation is not None and self.mirrors is not None:
                 links, short = self._shifted_class(own, short_own) if short_own else (self._class_route(parts), {})
             elif collapse is not None:
@@ -1343,13 +1368,18 @@ def _p2p_plan(job, call: Call, max_chunks: int) -> tuple[Plan, dict[int, tuple],
     longest, streams, channels = 0, 1, 1
     kinds: dict[tuple, int] = {}  # transfers_key -> an id: ranks with one id have programs alike
     key_ids = []
+    seen: dict[tuple, int] = {}  # peer pattern -> the id of its transfers' key
     for rank in range(job.nranks):
-        transfers = p2p.transfers(call, rank)
-        lengths = p2p.stream_chunks(call, rank, transfers)
-        longest, streams = max([longest, *lengths]), max(streams, len(lengths))
-        used = {t.channels for t in transfers if t.send or t.peer != rank}
-        channels = max([channels, *(1 + c for chans in used for c in chans)])
-        key_ids.append(kinds.setdefault(transfers_key(transfers, rank, job.nranks), len(kinds)))
+        pattern = p2p.peer_pattern(call, rank)
+        key_id = seen.get(pattern)
+        if key_id is None:  # a rank of a new pattern: its transfers say what every rank of it makes
+            transfers = p2p.transfers(call, rank)
+            lengths = p2p.stream_chunks(call, rank, transfers)
+            longest, streams = max([longest, *lengths]), max(streams, len(lengths))
+            used = {t.channels for t in transfers if t.send or t.peer != rank}
+            channels = max([channels, *(1 + c for chans in used for c in chans)])
+            key_id = seen[pattern] = kinds.setdefault(transfers_key(transfers, rank, job.nranks), len(kinds))
+        key_ids.append(key_id)
     factor = max(1, -(-longest // max(2, 8 * max_chunks // max(1, streams))))
     return call_plan(job, call), _P2pPrograms(p2p, call, factor, channels, tuple(key_ids)), factor
 

@@ -148,6 +148,10 @@ def cable_routes(fabric: Fabric, src: tuple[int, int], dst: tuple[int, int]) -> 
         raise UsageError(f"NIC port {p1} of node {n1} does not reach NIC port {p2} of node {n2}", "model",
                          "ports both nodes have, on a connected network")
     cables = fabric.cables
+    if len(routes[0]) == 5:  # NIC, leaf, spine, leaf, NIC: the NICs' cables are every route's, looked up once
+        nic_a, leaf_a, _, leaf_b, nic_b = routes[0]
+        up, down = cables[(nic_a, leaf_a)], cables[(leaf_b, nic_b)]
+        return tuple((up, cables[(leaf_a, spine)], cables[(spine, leaf_b)], down) for _, _, spine, _, _ in routes)
     return tuple(tuple(cables[(a, b)] for a, b in zip(hops, hops[1:])) for hops in routes)
 
 

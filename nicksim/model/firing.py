@@ -60,6 +60,7 @@ def _process(env: simpy.Environment, members: list[simpy.Event]) -> None:
         callbacks, event.callbacks = event.callbacks, None
         for callback in callbacks:
             callback(event)
-        if index < last and queue and queue[0][0] == env.now and queue[0][1] < NORMAL:
+        # The priority first: it is nearly always NORMAL or later, and the test ends there.
+        if queue and queue[0][1] < NORMAL and queue[0][0] == env._now and index < last:
             _carry(env, members[index + 1:], _BETWEEN)  # an urgent event runs first, as it would have
             return

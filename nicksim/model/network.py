@@ -36,6 +36,8 @@ _BYTES_PER_US = 1e3  # per GB/s
 _DONE = 1e-6         # bytes under which a transfer counts as arrived (float residue)
 _LATE = 2            # SimPy priority after NORMAL: runs once everything else at this instant has
 _EPS_US = 1e-9       # transfers this close to arriving arrive together
+# The clock is read as env._now, the attribute behind SimPy's `now` property: a large run reads it
+# millions of times.
 
 
 @njit(cache=True)
@@ -93,7 +95,10 @@ class _Transfer:
         self.tag = None
         self.began = 0.0
         self.head = head
-        self.head_left = float(nbytes) - head_nbytes  # `left` at which the head has arrived
+        # `left` at which the first `head_nbytes` are in (-inf: all of it). The network wakes up there
+        # whether or not anyone waits for the head, so that it divides and advances the rates at the
+        # same instants either way, and the float residue stays bit for bit.
+        self.head_left = float(nbytes) - head_nbytes if head_nbytes < nbytes else -np.inf
 
 
 class _Column:
@@ -211,7 +216,7 @@ class FluidNetwork:
     def busy_us(self) -> np.ndarray:
         """How long each link has carried something, up to now (us)."""
         busy = self._busy_us.copy()
-        busy[self._busy] += self.env.now - self._busy_since
+        busy[self._busy] += self.env._now - self._busy_since
         if self._classes is not None:  # a class's links carry something exactly when its tightest does
             for rep, links in self._classes.members().items():
                 busy[links] = busy[rep]
@@ -240,17 +245,24 @@ class FluidNetwork:
 
     def transfer2(self, route: Sequence[int], nbytes: float, lat_us: float, head_nbytes: float, tag=None,
                   weight: int = 1, route_lat_us: float | None = None,
-                  costs: tuple[tuple[int, float], ...] = ()) -> tuple[simpy.Event, simpy.Event, simpy.Event]:
+                  costs: tuple[tuple[int, float], ...] = (), arrivals: bool = True
+                  ) -> tuple[simpy.Event | None, simpy.Event | None, simpy.Event]:
         """(head, done, sent): fired when the first `head_nbytes` and when all `nbytes` have arrived,
         and when the last byte has left. `tag` names the transfer in `stalled()`; a `weight` of k
         stands for k identical transfers moving together (each link carries k times its rate);
         `route_lat_us` replaces the route's summed link latency (a route that is several parallel
         ones, each with that latency); `costs` pairs links of the route with what each byte counts
         as on them (NVSwitch multicast traffic at less than the port's rate; a connection whose
-        every network step costs a fixed time)."""
+        every network step costs a fixed time). With `arrivals` off no one waits for the bytes to
+        arrive (a receive's copy out of its buffer): head and done are None, and only `sent` fires."""
         self.n_transfers += 1
-        done, sent = self.env.event(), self.env.event()
-        head = done if head_nbytes >= nbytes else self.env.event()
+        env = self.env
+        sent = simpy.Event(env)
+        if arrivals:
+            done = simpy.Event(env)
+            head = done if head_nbytes >= nbytes else simpy.Event(env)
+        else:
+            done = head = None
         shape = self._shape(tuple(route), weight, costs)
         path_lat = self._route_lat(shape[0]) if route_lat_us is None else route_lat_us
         item = _Transfer(shape, nbytes, done, sent, lat_us + path_lat, None if head is done else head,
@@ -265,11 +277,19 @@ class FluidNetwork:
         key = (route, weight, costs)
         shape = self._shapes.get(key)
         if shape is None:
-            use = Counter(route)
-            links = np.fromiter(use.keys(), dtype=np.int64, count=len(use))
-            counts = np.fromiter(use.values(), dtype=np.float64, count=len(use)) * weight
+            n = len(route)
+            if len(set(route)) == n:  # the common case: each link once, the counts the weight
+                use = route
+                links = np.fromiter(route, dtype=np.int64, count=n)
+                counts = np.empty(n)
+                counts.fill(weight)  # np.full's wrapper costs more than the fill
+            else:
+                use = Counter(route)
+                n = len(use)
+                links = np.fromiter(use.keys(), dtype=np.int64, count=n)
+                counts = np.fromiter(use.values(), dtype=np.float64, count=n) * weight
             if costs:  # one pass: a spread route lists hundreds of spine cables at a share
-                counts *= np.fromiter(map(dict(costs).get, use, repeat(1.0)), dtype=np.float64, count=len(use))
+                counts *= np.fromiter(map(dict(costs).get, use, repeat(1.0)), dtype=np.float64, count=n)
             shape = self._shapes[key] = (route, links, counts, len(self._shapes))
             self._shape_nbytes.append(0.0)
             if self._classes is not None:
@@ -305,8 +325,8 @@ class FluidNetwork:
         self._stale = True
 
     def _flush_busy(self) -> None:
-        _add_to(self._busy_us, self._busy, self.env.now - self._busy_since)
-        self._busy_since = self.env.now
+        _add_to(self._busy_us, self._busy, self.env._now - self._busy_since)
+        self._busy_since = self.env._now
 
     def _pairs_of(self, item: _Transfer) -> tuple[np.ndarray, np.ndarray]:
         """The (link, times) pairs the division sees of a transfer, its links by dense number: every
@@ -355,7 +375,7 @@ class FluidNetwork:
             self._finish(item)
             return
         # A new transfer waits at rate 0 for the division of this instant, which takes it in.
-        item.began = self.env.now
+        item.began = self.env._now
         self._shape_nbytes[item.shape] += item.left  # spread over the links when asked (bytes_on)
         self._new.append(item)
         self._later()
@@ -372,10 +392,10 @@ class FluidNetwork:
 
     def _advance(self) -> None:
         """Move every transfer forward by what its rate carried since the last change."""
-        elapsed = self.env.now - self._since
+        elapsed = self.env._now - self._since
         if elapsed > 0 and self._left.size:
             self._left -= self._rate * (_BYTES_PER_US * elapsed)
-        self._since = self.env.now
+        self._since = self.env._now
 
     def _replan(self, _event=None) -> None:
         """Take in the new transfers, re-divide the links, and wake up when the first of the moving
@@ -397,7 +417,7 @@ class FluidNetwork:
                     gone[x] -= k
             if not gone:
                 self._release()
-            elif self.env.now >= self._held_until:
+            elif self.env._now >= self._held_until:
                 self._divide()
         self._wake += 1
         wait = _first_wait(self._rate, self._left, self._head)  # to the first step, where one is awaited
@@ -415,14 +435,14 @@ class FluidNetwork:
 
     def _hold(self, item: _Transfer) -> None:
         """Keep an arrived transfer's share for at most `hold` x its duration; then re-divide."""
-        until = self.env.now + self.hold * (self.env.now - item.began)
-        if until <= self.env.now:
+        until = self.env._now + self.hold * (self.env._now - item.began)
+        if until <= self.env._now:
             self._held_until = min(self._held_until, until)  # the division of this instant takes it
         elif until < self._held_until:
             self._held_until = until
             self._hold_wake += 1
             wake = self._hold_wake
-            self.env.timeout(until - self.env.now).callbacks.append(lambda _: self._hold_over(wake))
+            self.env.timeout(until - self.env._now).callbacks.append(lambda _: self._hold_over(wake))
 
     def _hold_over(self, wake: int) -> None:
         if wake == self._hold_wake:
@@ -456,7 +476,7 @@ class FluidNetwork:
         self._new = []
         columns = self._columns
         columns["_left"].extend([item.left for item in new])
-        columns["_head"].extend([item.head_left if item.head is not None else -np.inf for item in new])
+        columns["_head"].extend([item.head_left for item in new])
         columns["_rate"].extend([self._gone_rate.get(item.shape, 0.0) for item in new])
         self._add_pairs(new)
         columns["_gone_at"].extend(np.zeros(len(new), dtype=bool))
@@ -519,7 +539,7 @@ class FluidNetwork:
             if item is not None and 0 < rate < float("inf"):
                 load[item.links] += item.counts * rate
         for link in np.nonzero(np.abs(load - self._load) > 1e-9)[0].tolist():
-            self.series.append((self.env.now, link, float(load[link])))
+            self.series.append((self.env._now, link, float(load[link])))
         self._load = load
 
     def _arrive(self, wake: int) -> None:
@@ -567,7 +587,9 @@ class FluidNetwork:
     def _finish(self, item: _Transfer, firing: Batches | None = None) -> None:
         if firing is None:
             item.sent.succeed()
-            self._after(item.lat, item.done)
+            if item.done is not None:
+                self._after(item.lat, item.done)
         else:
             firing.add(0.0, item.sent)
-            firing.add(item.lat, item.done)
+            if item.done is not None:
+                firing.add(item.lat, item.done)

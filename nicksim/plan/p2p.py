@@ -22,7 +22,7 @@ What changed between releases:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from math import gcd
 from typing import NamedTuple
 
@@ -41,6 +41,9 @@ __all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2
 # NCCL_P2P_LL_THRESHOLD's default, from the knob table
 _LL_THRESHOLD_NBYTES = KNOBS["NCCL_P2P_LL_THRESHOLD"].default
 MAX_DEV_WORK_P2P_PER_BATCH = 8  # device.h NCCL_MAX_DEV_WORK_P2P_PER_BATCH
+# A Prim from all its fields at C speed, without the named tuple's keyword handling: an alltoall's
+# programs hold a million of them.
+_prim = partial(tuple.__new__, Prim)
 
 
 def _pow2_up(v: int) -> int:
@@ -262,10 +265,13 @@ def _part_bounds(n_parts: int, part: int, nbytes: int) -> tuple[int, int]:
     return min(part * size, nbytes), min((part + 1) * size, nbytes)
 
 
-def _segment(call: Call, src: int, dst: int) -> int:
-    """Where the src -> dst piece sits in the call's element space (bytes: p2p moves int8)."""
-    per = call.count * call.elem_nbytes
-    return (src * call.nranks + dst) * per if call.collective == "alltoall" else src * per
+def _segments(call: Call):
+    """Where the src -> dst piece sits in the call's element space (bytes: p2p moves int8), as a
+    function of (src, dst), the call's sizes read once."""
+    per, nranks = call.count * call.elem_nbytes, call.nranks
+    if call.collective == "alltoall":
+        return lambda src, dst: (src * nranks + dst) * per
+    return lambda src, dst: src * per
 
 
 def _check_release(version_minor: int) -> None:
@@ -328,29 +334,28 @@ def transfers_programs(call: Call, rank: int, transfers: list[P2pTransfer], chun
     and, through the buffer offsets alone, of the ranks (translation.py relies on it)."""
     streams: dict[int, list[Stream]] = {}
     bounds = _Bounds()
+    segment = _segments(call)
     for t in transfers:
-        src, dst = (rank, t.peer) if t.send else (t.peer, rank)
-        origin = _segment(call, src, dst)
-        if t.peer == rank:
+        peer, send = t.peer, t.send
+        origin = segment(rank, peer) if send else segment(peer, rank)
+        parts = zip(t.channels, bounds(len(t.channels), t.nbytes))
+        if peer == rank:
             # sendrecv.h runSend: a send to itself is one copy of the send buffer into the receive
             # buffer by the send's work (none where they are the same); the receive does nothing.
-            if t.send:
-                for part, (channel, (beg, end)) in enumerate(zip(t.channels, bounds(len(t.channels), t.nbytes))):
+            if send:
+                for part, (channel, (beg, end)) in enumerate(parts):
                     streams.setdefault(channel, []).append(
                         Stream(f"copy r{t.round} self part {part}", (Prim("copy", origin + beg, end - beg),),
                                t.protocol))
             continue
-        for part, (channel, (beg, end)) in enumerate(zip(t.channels, bounds(len(t.channels), t.nbytes))):
-            prims, cursor = [], beg
-            while True:
-                n = min(t.chunk_nbytes * chunks_per_prim, end - cursor)
-                prims.append(Prim("send", origin + cursor, n, send_to=(t.peer,)) if t.send
-                             else Prim("recv", origin + cursor, n, recv_from=(t.peer,)))
-                cursor += n
-                if cursor >= end:
-                    break
-            name = f"{'send' if t.send else 'recv'} r{t.round} peer {t.peer} part {part}"
-            streams.setdefault(channel, []).append(Stream(name, tuple(prims), t.protocol))
+        chunk = t.chunk_nbytes * chunks_per_prim
+        op, ends = ("send", ((), (peer,))) if send else ("recv", ((peer,), ()))
+        for part, (channel, (beg, end)) in enumerate(parts):
+            # A primitive per chunk, the last one short; one of no bytes where the part has none.
+            prims = tuple([_prim((op, origin + at, min(chunk, end - at), *ends, None, 0, 1))
+                           for at in range(beg, end, chunk)]) if end > beg else (Prim(op, origin + beg, 0, *ends),)
+            streams.setdefault(channel, []).append(Stream(f"{op} r{t.round} peer {peer} part {part}", prims,
+                                                          t.protocol))
     return tuple(ChannelProgram(c, tuple(s)) for c, s in sorted(streams.items()))
 
 
@@ -382,6 +387,16 @@ class P2pSetup:
     def stream_chunks(self, call: Call, rank: int, transfers: list[P2pTransfer] | None = None) -> list[int]:
         """p2p_stream_chunks (from `transfers` where they are at hand)."""
         return transfers_stream_chunks(self.transfers(call, rank) if transfers is None else transfers, rank)
+
+    def peer_pattern(self, call: Call, rank: int) -> tuple:
+        """What `rank`'s transfers depend on of the rank: per round, its send and receive peers as far
+        on from it as they are, and whether each is on another node. Ranks with equal patterns make
+        transfers alike but for their peers, each as far on from its own rank (p2p_transfers reads the
+        rank through nothing else), and the pattern costs a fraction of the transfers."""
+        n, per_node = call.nranks, self.per_node
+        node = rank // per_node
+        return tuple(((send - rank) % n, (recv - rank) % n, send // per_node != node, recv // per_node != node)
+                     for send, recv in p2p_schedule(rank, self.nodes, per_node, self.version_minor, self.group_size))
 
     def transfers(self, call: Call, rank: int) -> list[P2pTransfer]:
         return p2p_transfers(call, rank, self.nodes, self.per_node, self.n_channels, self.per_peer,

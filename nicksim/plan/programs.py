@@ -50,10 +50,10 @@ class Prim(NamedTuple):
     steps: int = 1
 
 
-@dataclass(frozen=True)
-class Stream:
+class Stream(NamedTuple):
     """A thread group's sequence of primitives (tree split and NVLS run several per channel);
-    `protocol` is set where it differs from the plan's (point-to-point transfers choose their own)."""
+    `protocol` is set where it differs from the plan's (point-to-point transfers choose their own).
+    A named tuple, as Prim is: an alltoall on a thousand GPUs makes a million of them."""
 
     name: str
     prims: tuple[Prim, ...]
