@@ -395,19 +395,19 @@ def _both(env: simpy.Environment, first: simpy.Event, second: simpy.Event) -> si
     """An event fired once `first` and `second` both have, as env.all_of([first, second]) would
     be, without the condition's bookkeeping of values."""
     both = simpy.Event(env)
-    waiting = [e for e in (first, second) if e.callbacks is not None]
-    if not waiting:
+    left = [(first.callbacks is not None) + (second.callbacks is not None)]  # those not yet processed
+    if not left[0]:
         both.succeed()
         return both
-    left = [len(waiting)]
 
     def one_in(_event) -> None:
         left[0] -= 1
         if not left[0]:
             both.succeed()
 
-    for event in waiting:
-        event.callbacks.append(one_in)
+    for event in (first, second):
+        if event.callbacks is not None:
+            event.callbacks.append(one_in)
     return both
 
 
@@ -765,6 +765,9 @@ class _Sim:
                 switched_out = (prim.op == "nvlsScatter" or NVLS_SWITCH in prim.send_to
                                 or COLLNET_SWITCH in prim.send_to)
                 tag = (rank, tuple(peers_out), channel, c.router)
+                # What the slice sends on is waited for by its receivers; a slice that sends on to no one
+                # (a receive's copy out of its buffer) fires only its end at the sender.
+                arrivals = bool(peers_out) or switched_out
             if prim.conn != conn_id:
                 conn_id = prim.conn
                 cid = (c.comm, conn_id)  # each communicator has connections of its own
@@ -776,7 +779,7 @@ class _Sim:
                 wire = wire_nbytes(protocol, nbytes)
                 steps = prim.steps
                 msgs = c.factor * steps  # network messages a slice stands for
-                first = line if line is not None else wire * c.head_share / steps
+                first = min(wire, line if line is not None else wire * c.head_share / steps)
                 moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire,
                                                             protocol, steps)
             for s in range(c.slices):
@@ -792,7 +795,7 @@ class _Sim:
                     first_step = conn.heads.pop(conn.taken)
                     upstream.append(conn.dones.pop(conn.taken))
                     conn.taken += 1
-                    if not first_step.processed:
+                    if first_step.callbacks is not None:  # not processed yet
                         yield first_step
                 if switched_in:
                     got = yield from self._switch_inputs(c, prim, channel, key, state)
@@ -815,10 +818,8 @@ class _Sim:
                     moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire,
                                                                 protocol, steps)
                 start = env._now  # the clock without its property's call: read per slice, millions of times
-                # What the slice sends on is waited for by its receivers; a slice that sends on to no one
-                # (a receive's copy out of its buffer) fires only its end at the sender.
-                head, done, sent = net.transfer2(moved, wire, block_lat, min(wire, first), tag, weight, route_lat,
-                                                 costs, bool(outs) or switched_out)
+                head, done, sent = net.transfer2(moved, wire, block_lat, first, tag, weight, route_lat, costs,
+                                                 arrivals)
                 if dead:
                     self._watch(tag, moved)
                 for dst, conn in zip(peers_out, outs):
@@ -833,7 +834,7 @@ class _Sim:
                 if spans is not None:
                     spans.append((rank, channel, stream.name, prim.op, start, env._now))
                 for up in upstream:
-                    if not up.processed:
+                    if up.callbacks is not None:  # not processed yet
                         state[3] = "the rest of its input"
                         yield up
                 for src, conn in zip(peers_in, ins):
