@@ -1278,9 +1278,11 @@ class _Sim:
         return links, hw, short
 
     def _trunk_route(self, cables: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
-        got = self._trunk_routes.get(cables)
+        # Kept by the first route alone, all trunk_route reads: hashing every spine's route (32 of
+        # them on a large fabric) at each send cost more than the lookup saved.
+        got = self._trunk_routes.get(cables[0])
         if got is None:
-            got = self._trunk_routes[cables] = trunk_route(self.fabric, cables)
+            got = self._trunk_routes[cables[0]] = trunk_route(self.fabric, cables)
         return got
 
     # --- the outcome --------------------------------------------------------------------------
