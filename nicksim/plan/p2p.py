@@ -42,8 +42,9 @@ __all__ = ["p2p_schedule", "p2p_group_size", "P2pTransfer", "p2p_transfers", "p2
 _LL_THRESHOLD_NBYTES = KNOBS["NCCL_P2P_LL_THRESHOLD"].default
 MAX_DEV_WORK_P2P_PER_BATCH = 8  # device.h NCCL_MAX_DEV_WORK_P2P_PER_BATCH
 # A Prim from all its fields at C speed, without the named tuple's keyword handling: an alltoall's
-# programs hold a million of them.
+# programs hold a million of them. A send or receive leaves the fields after send_to at Prim's defaults.
 _prim = partial(tuple.__new__, Prim)
+_PRIM_TAIL = tuple(Prim._field_defaults[name] for name in Prim._fields[Prim._fields.index("send_to") + 1:])
 
 
 def _pow2_up(v: int) -> int:
@@ -352,7 +353,7 @@ def transfers_programs(call: Call, rank: int, transfers: list[P2pTransfer], chun
         op, ends = ("send", ((), (peer,))) if send else ("recv", ((peer,), ()))
         for part, (channel, (beg, end)) in enumerate(parts):
             # A primitive per chunk, the last one short; one of no bytes where the part has none.
-            prims = tuple([_prim((op, origin + at, min(chunk, end - at), *ends, None, 0, 1))
+            prims = tuple([_prim((op, origin + at, min(chunk, end - at), *ends, *_PRIM_TAIL))
                            for at in range(beg, end, chunk)]) if end > beg else (Prim(op, origin + beg, 0, *ends),)
             streams.setdefault(channel, []).append(Stream(f"{op} r{t.round} peer {peer} part {part}", prims,
                                                           t.protocol))
