@@ -1185,16 +1185,11 @@ class _Sim:
         come in reduce's order; the copies it names are handed to the network."""
         canon_of = self.mirrors.canon_of()
         image = self.translation.image
-        blocks = range(self.job.nodes // self.translation.nodes_shift)
-        every = self.translation.images(own, len(blocks))
-        canon = canon_of[every]
-        first = canon == every
-        links = self._link_id_objects()[every[first]].tolist()
-        self.net.mirror_arrays(every[~first], canon[~first])
+        links = list(chain.from_iterable(self._class_part(own)))  # block by block, as reduce lists them
         short: dict[int, float] = {}
         if short_own:
             shares = list(short_own.values())
-            for k in blocks:
+            for k in range(self.job.nodes // self.translation.nodes_shift):
                 for x, d in zip(image(list(short_own), k).tolist(), shares):
                     if canon_of[x] == x:
                         short[x] = short.get(x, 0.0) + d
@@ -1214,9 +1209,7 @@ class _Sim:
         blocks = apart // self.collapse.shift
         if blocks == 0:
             return list(own), short_own
-        image, ids = self.translation.image, self._link_ids
-        if ids is None:  # the links' ids as objects made once: the routes of an alltoall hold millions
-            ids = self._link_ids = np.arange(self.translation.perm.size).astype(object)
+        image, ids = self.translation.image, self._link_id_objects()
         moved = ids[image(list(short_own), blocks)].tolist() if short_own else []
         return ids[image(own, blocks)].tolist(), dict(zip(moved, short_own.values()))
 
