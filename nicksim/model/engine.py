@@ -507,7 +507,6 @@ class _Sim:
         self.conn_base = self.router.net_conn(0, 0, 0)  # network connection links come last
         self._conns: dict[tuple, tuple[int, ...]] = {}  # route -> the network connections it crosses
         self._bare: dict[tuple, tuple[int, ...]] = {}   # route -> itself without them (LL, LL128)
-        self._path_lats: dict[tuple, float] = {}
         self._proxy_threads: dict[tuple[int, int], tuple[int, ...]] = {}
         self.channel_end: dict[int, float] = {}
         self.spans: list = [] if setup.trace else None
@@ -895,14 +894,8 @@ class _Sim:
         the other, each forwarding what the one before brought in."""
         if steps == 1:
             return lat
-        path = route_lat if route_lat is not None else self._path_lat(route)
+        path = route_lat if route_lat is not None else self.net.route_lat_us(route)
         return steps * lat + (steps - 1) * path
-
-    def _path_lat(self, route: tuple[int, ...]) -> float:
-        got = self._path_lats.get(route)
-        if got is None:
-            got = self._path_lats[route] = sum(self.net.latency[x] for x in route)
-        return got
 
     def _pat_stream(self, c: _CallRun, rank: int, channel: int, stream, state: list, protocol: str):
         """PAT (plan_pat.py): the steps of one round run together between two barriers; a step reads

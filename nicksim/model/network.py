@@ -264,7 +264,7 @@ class FluidNetwork:
         else:
             done = head = None
         shape = self._shape(tuple(route), weight, costs)
-        path_lat = self._route_lat(shape[0]) if route_lat_us is None else route_lat_us
+        path_lat = self.route_lat_us(shape[0]) if route_lat_us is None else route_lat_us
         item = _Transfer(shape, nbytes, done, sent, lat_us + path_lat, None if head is done else head,
                          head_nbytes)
         item.tag = tag
@@ -299,9 +299,9 @@ class FluidNetwork:
                     self._crossing.setdefault(link, []).append(shape[3])
         return shape
 
-    def _route_lat(self, route: tuple[int, ...]) -> float:
-        """The sum of a route's link latencies, worked out once per route, where asked for: a
-        route that stands for several parallel ones comes with its own."""
+    def route_lat_us(self, route: tuple[int, ...]) -> float:
+        """The sum of a route's link latencies, worked out once per route, where asked for (a
+        transfer whose route stands for several parallel ones comes with its own)."""
         got = self._route_lats.get(route)
         if got is None:
             got = self._route_lats[route] = sum(map(self.latency.__getitem__, route))
