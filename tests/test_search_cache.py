@@ -47,6 +47,20 @@ def test_a_knob_the_search_reads_is_part_of_the_entry(tmp_path, monkeypatch):
     assert cached_search_graphs(paths, read_params({"NCCL_ALGO": "Ring"}), folder) == with_nvls
 
 
+def test_more_nodes_of_one_node_share_its_entry(tmp_path, monkeypatch):
+    # Two and three nodes of dgx-h100: the same node as the search sees it (rank count aside), so the
+    # same graphs, and the second is read back without a search.
+    _, two = build("dgx-h100", nodes=2)
+    _, three = build("dgx-h100", nodes=3)
+    assert two.nranks != three.nranks and search_key(two) == search_key(three)
+    params = read_params({})
+    searched = search_graphs(three, params)
+    assert search_graphs(two, params) == searched
+    cached_search_graphs(two, params, str(tmp_path))
+    monkeypatch.setattr(cache_module, "search_graphs", _no_search)
+    assert cached_search_graphs(three, params, str(tmp_path)) == searched
+
+
 def test_other_paths_are_another_entry(tmp_path):
     _, one = build("dgx-h100", nodes=1)
     _, two = build("dgx-h100", nodes=2)

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,11 @@ def _source_digest() -> str:
 
 def search_key(paths: Paths) -> str:
     """The digest an entry is filed under: the paths as their dataclasses print them (field order
-    fixed, no sets) and the search's source."""
+    fixed, no sets) and the search's source. The rank count is left out: the search reads only what
+    it changed in the paths (the NICs trimmed on one node, `inter`), so a node searched for two
+    nodes is the same node searched for 128, one entry."""
     digest = hashlib.sha256(f"{_FORMAT}\n{_source_digest()}\n".encode())
-    digest.update(repr(paths).encode())
+    digest.update(repr(replace(paths, nranks=0)).encode())
     return digest.hexdigest()[:40]
 
 
