@@ -448,6 +448,9 @@ class _CallRun:
         # Point-to-point prims count bytes (plan_p2p.py); collectives count elements.
         self.elem_nbytes = 1 if plan.algorithm == "P2P" else self.call.elem_nbytes
         self.launch_us = sim.params.launch_us(plan.algorithm, plan.protocol)
+        # A point-to-point stream is one peer's: its primitives' setups and routes recur in no other
+        # stream, so keeping them would only fill memory (an alltoall has a stream per pair of ranks).
+        self.keeps_setups = plan.algorithm != "P2P"
 
 
 class _Sim:
@@ -851,7 +854,9 @@ class _Sim:
         got = self._prim_setups.get(key)
         if got is None:
             out = self._out_setup(c, prim, rank, channel, node, local, protocol)
-            got = self._prim_setups[key] = _PrimSetup(*out, self._stand_ins(prim.recv_from, channel))
+            got = _PrimSetup(*out, self._stand_ins(prim.recv_from, channel))
+            if c.keeps_setups:
+                self._prim_setups[key] = got
         return got
 
     def _out_setup(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, protocol: str) -> tuple:
@@ -876,8 +881,9 @@ class _Sim:
         costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
                   if multimem else ())
         lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
-        got = self._out_setups[key] = (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_out,
-                                       costly, lat)
+        got = (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_out, costly, lat)
+        if c.keeps_setups or not targets:  # a receive's is shared whoever sends
+            self._out_setups[key] = got
         return got
 
     def _slice_route(self, c: _CallRun, route: tuple[int, ...], route_lat: float | None, shares: tuple, costly: tuple,
@@ -1129,7 +1135,9 @@ class _Sim:
                     self.net.mirror(copies)
             shares = self._shares_of(links, short)
             # The members' routes run side by side: the latency is one route's, not their sum.
-            cached = self.routes[key] = (tuple(links), hw, lat if collapse is not None or short else None, shares)
+            cached = (tuple(links), hw, lat if collapse is not None or short else None, shares)
+            if c.keeps_setups or self.ib.round_robin:  # a long stream's queue pairs come round again
+                self.routes[key] = cached
         return cached
 
     def _shares_of(self, links: list[int], short: dict[int, float]) -> tuple[tuple[int, float], ...]:
