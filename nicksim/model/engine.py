@@ -773,7 +773,7 @@ class _Sim:
             if prim.conn != conn_id:
                 conn_id = prim.conn
                 cid = (c.comm, conn_id)  # each communicator has connections of its own
-                ins = [self._conn(c, channel, src, rank, cid) for src in peers_in]
+                ins = [(src, self._conn(c, channel, src, rank, cid)) for src in peers_in]  # with their peers
                 outs = None  # looked up once the first slice's inputs are in: the first call there sets its slots
             if (prim.nelem, prim.steps) != sized:
                 sized = (prim.nelem, prim.steps)
@@ -789,7 +789,7 @@ class _Sim:
                 if switched_in or switched_out:
                     key = (c.comm, c.index, node, channel, prim.offset, prim.nelem, s)
                 upstream = []  # the events of everything this slice reads, all of which must be in
-                for src, conn in zip(peers_in, ins):
+                for src, conn in ins:
                     while conn.posted <= conn.taken:
                         state[3] = ("data from rank {} (connection {})", src, prim.conn)
                         yield self._wait(("data", channel, src, rank, cid))
@@ -803,8 +803,8 @@ class _Sim:
                     got = yield from self._switch_inputs(c, prim, channel, key, state)
                     upstream += got
                 if outs is None:
-                    outs = [self._conn(c, channel, rank, dst, cid) for dst in peers_out]
-                for dst, conn in zip(peers_out, outs):
+                    outs = [(dst, self._conn(c, channel, rank, dst, cid)) for dst in peers_out]
+                for dst, conn in outs:
                     while conn.posted - conn.freed >= conn.credits:
                         state[3] = ("a free slot at rank {} (connection {})", dst, prim.conn)
                         yield self._wait(("slot", channel, rank, dst, cid))
@@ -814,7 +814,7 @@ class _Sim:
                     self._book(posts, channel, posted, steps)
                     yield posted
                 if by_message and outs:
-                    sent_msgs = next((conn.msgs for dst, conn in zip(peers_out, outs) if dst in net_out), 0)
+                    sent_msgs = next((conn.msgs for dst, conn in outs if dst in net_out), 0)
                     route, hw, route_lat, shares = self._route(c, prim, rank, channel, node, local, targets,
                                                                sent_msgs)
                     moved, costs, block_lat = self._slice_route(c, route, route_lat, shares, costly, lat, wire,
@@ -824,7 +824,7 @@ class _Sim:
                                                  arrivals)
                 if dead:
                     self._watch(tag, moved)
-                for dst, conn in zip(peers_out, outs):
+                for dst, conn in outs:
                     conn.post(*(self._received(dst, channel, head, done, steps) if dst in net_out else (head, done)))
                     conn.msgs += msgs
                     notify(("data", channel, rank, dst, cid))
@@ -839,7 +839,7 @@ class _Sim:
                     if up.callbacks is not None:  # not processed yet
                         state[3] = "the rest of its input"
                         yield up
-                for src, conn in zip(peers_in, ins):
+                for src, conn in ins:
                     conn.freed += 1
                     notify(("slot", channel, src, rank, cid))
         self._stream_ended(channel, state)
