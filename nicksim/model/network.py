@@ -34,6 +34,7 @@ __all__ = ["FluidNetwork"]
 
 _BYTES_PER_US = 1e3  # per GB/s
 _DONE = 1e-6         # bytes under which a transfer counts as arrived (float residue)
+_FEW_COSTS = 4       # costed links of a route looked up one by one rather than over the whole route
 _LATE = 2            # SimPy priority after NORMAL: runs once everything else at this instant has
 _EPS_US = 1e-9       # transfers this close to arriving arrive together
 # The clock is read as env._now, the attribute behind SimPy's `now` property: a large run reads it
@@ -288,8 +289,14 @@ class FluidNetwork:
                 n = len(use)
                 links = np.fromiter(use.keys(), dtype=np.int64, count=n)
                 counts = np.fromiter(use.values(), dtype=np.float64, count=n) * weight
-            if costs:  # one pass: a spread route lists hundreds of spine cables at a share
-                counts *= np.fromiter(map(dict(costs).get, use, repeat(1.0)), dtype=np.float64, count=n)
+            if costs:
+                by_link = dict(costs)
+                if len(by_link) <= _FEW_COSTS and use is route:  # a connection's step cost, say: found in place
+                    for link, cost in by_link.items():
+                        if link in route:
+                            counts[route.index(link)] *= cost
+                else:  # one pass: a spread route lists hundreds of spine cables at a share
+                    counts *= np.fromiter(map(by_link.get, use, repeat(1.0)), dtype=np.float64, count=n)
             shape = self._shapes[key] = (route, links, counts, len(self._shapes))
             self._shape_nbytes.append(0.0)
             if self._classes is not None:
