@@ -44,6 +44,20 @@ def test_only_the_shared_link_slows_anyone():
     assert arrived == [pytest.approx(100.0), pytest.approx(100.0), pytest.approx(100.0)]
 
 
+@pytest.mark.parametrize("more", [0, 6])
+def test_a_byte_costs_what_its_link_says_there_alone(more):
+    # 1 MB over links 0 (10 GB/s) and 1 (4 GB/s); on link 0 each byte counts 5 times: 2 GB/s of
+    # bytes there, 500 us. A cost on a link the route does not cross changes nothing; so do `more`
+    # costs of 1 on links of the route, past the few looked up one by one.
+    env = simpy.Environment()
+    route = list(range(2 + more))
+    net = FluidNetwork(env, [10.0, 4.0] + [100.0] * more + [1.0])
+    costs = ((0, 5.0), (2 + more, 3.0)) + tuple((link, 1.0) for link in range(2, 2 + more))
+    done = net.transfer2(route, 1e6, 0.0, 1e6, costs=costs)[1]
+    env.run(until=done)
+    assert env.now == pytest.approx(500.0)
+
+
 def test_a_dead_link_never_delivers():
     assert run([0.0, 10.0], [(0, [0], 1e6), (0, [1], 1e6)]) == [None, pytest.approx(100.0)]
 
