@@ -145,7 +145,7 @@ class _Search:
         self._dis = self._codes["DIS"]
         self._paths: dict[tuple[int, int], object] = {}
         self._hops: dict[tuple[int, int], tuple] = {}
-        self._plain_hops: set[tuple[int, int]] = set()
+        self._plain_hops: dict[tuple[int, int], tuple] = {}  # (node, link position, PCI) per hop
         self._candidate_sets: dict[tuple, frozenset] = {}
         self._nets_for: dict[tuple[int, int], list[int]] = {}
         self._pairs: dict[tuple[int, int], tuple] = {}
@@ -205,18 +205,18 @@ class _Search:
             steps.append((node, pos, link.kind == "PCI", old_gpu, power, rev))
         found = self._hops[key] = (tuple(steps), intel)
         if not any(old_gpu or power for _, _, _, old_gpu, power, _ in steps):
-            self._plain_hops.add(key)
+            self._plain_hops[key] = tuple(step[:3] for step in steps)
         return found
 
     # -- followPath / ncclTopoFollowPath
     def _follow(self, p, start: int, dst: int, max_steps: int, bw: np.float32) -> int:
-        steps, intel = self.hops(start, dst, p)
+        steps, intel = self._hops.get((start, dst)) or self.hops(start, dst, p)
         pci_bw = _f(bw * 6 / 5) if intel else bw  # topo.h INTEL_P2P_OVERHEAD
         live = self.bw
         memo = self._sub_memo
-        if (start, dst) in self._plain_hops:  # no hop charges a way back: the common case, kept lean
-            for step in range(max_steps):
-                node, pos, is_pci = steps[step][:3]
+        plain = self._plain_hops.get((start, dst))
+        if plain is not None:  # no hop charges a way back: the common case, kept lean
+            for step, (node, pos, is_pci) in enumerate(plain[:max_steps]):
                 fw = pci_bw if is_pci else bw
                 row = live[node]
                 cur = row[pos]
@@ -256,7 +256,7 @@ class _Search:
         """ncclTopoFollowPath: reserve (mult>0) or give back (<0) bw on src->dst; the node or None."""
         if src is None:
             return dst
-        p, intra, ptype, rev_type = self._pair(src, dst)
+        p, intra, ptype, rev_type = self._pairs.get((src, dst)) or self._pair(src, dst)
         if self.release.empty_path_follows and (p is None or not p.links):
             return dst  # until 2.20 an empty path succeeds at once
         bw = g.bw_intra if intra else g.bw_inter
