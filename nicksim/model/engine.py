@@ -849,7 +849,8 @@ class _Sim:
         """What every slice of `prim` shares, whatever its size: its route (links, hardware row,
         latency, shares), the peers it reads from and writes to (their stand-ins), which of those
         are over the network and the proxy threads that post to them, and its multimem costs and step
-        latency. The same for every primitive of that shape on that rank and channel: worked out once."""
+        latency. The same for every primitive of that shape on that rank and channel: worked out once
+        and kept, but for a point-to-point call's, whose shapes (one per peer) recur in no other stream."""
         key = (c, rank, channel, prim.op, prim.recv_from, prim.send_to, protocol)
         got = self._prim_setups.get(key)
         if got is None:
