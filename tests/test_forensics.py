@@ -251,5 +251,5 @@ def test_a_shared_memory_segment_nccl_cannot_make_points_at_the_containers_shm(t
     lines = ["node1:311:402 [2] include/shm.h:28 NCCL WARN Error while creating shared memory segment "
              "/dev/shm/nccl-GV1a2A (size 9637888)", "node1:311:402 [2] NCCL INFO transport/shm.cc:114 -> 2"]
     found = diagnose(read_evidence([write(tmp_path, "shm.log", lines)]))
-    assert found.category == "config-mismatch"
+    assert found.category == "resource-exhaustion"
     assert "--shm-size" in found.next_steps[0]

@@ -1,14 +1,16 @@
 """Weighing the evidence into a Diagnosis.
 
-`diagnose(evidence)` weighs them, most specific first, into a Diagnosis: a `category`
-(`data-corruption`, `rank-divergence`, `mixed-communicators`, `fabric`, `bootstrap`,
-`config-mismatch`, `straggler`, `stuck-peer`, or `unknown` with the reason), the culprit ranks,
+`diagnose(evidence)` weighs them, most specific first, into a Diagnosis: a `category` (one of
+evidence.CATEGORIES, or `unknown` with the reason), the culprit ranks,
 the collective, the evidence lines (file and line), a confidence and the next steps: the knobs
 and commands that would confirm or fix it.
 
 `format_diagnosis` writes it for people.
 """
 from __future__ import annotations
+
+import re
+from dataclasses import replace
 
 from .evidence import Diagnosis, Event, Evidence, is_entry
 
@@ -49,7 +51,8 @@ def _watchdog_groups(ev: Evidence) -> dict:
     groups: dict = {}
     for rank, event in ev.timeouts.items():
         key = (event.get("op"), event.get("numel_in"), event.get("numel_out"))
-        groups.setdefault(event.get("pg"), {}).setdefault(event.get("seq"), {}).setdefault(key, set()).add(rank)
+        seq = event.get("seq")  # before PyTorch 1.10 the watchdog names none: -1
+        groups.setdefault(event.get("pg"), {}).setdefault(-1 if seq is None else seq, {}).setdefault(key, set()).add(rank)
     return groups
 
 
@@ -60,6 +63,11 @@ def _fingerprint_mismatch(ev: Evidence) -> Diagnosis | None:
     by_op: dict[str, list[int]] = {}
     for rank, (op, _) in ev.fingerprints.items():
         by_op.setdefault(op, []).append(rank)
+    verdicts = [e for e in ev.of("fingerprint") if "Detected mismatch between collectives" in e.text]
+    if len(by_op) < 2 and verdicts:  # the same collective, other sizes or types: PyTorch's check said so
+        return Diagnosis("rank-divergence", "PyTorch's collective check (TORCH_DISTRIBUTED_DEBUG=DETAIL) found the "
+                         f"ranks' collectives differ: {verdicts[0].text[:300]}", (), None, tuple(verdicts[:4]),
+                         "high", _DIVERGENCE_STEPS)
     if len(by_op) < 2:
         return None
     ordered = sorted(by_op.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))
@@ -291,15 +299,327 @@ def _odd_interfaces(ev: Evidence) -> Diagnosis | None:
     ranks = tuple(w for w in odd if isinstance(w, int))
     where = ", ".join(f"{'rank ' if isinstance(w, int) else ''}{w} on {ev.ifaces[w][0]} ({ev.ifaces[w][1]})"
                       for w in odd)
-    return Diagnosis("bootstrap", f"NCCL could not set up the communicator ({ev.counts.get('bootstrap', 0)} bootstrap "
+    return Diagnosis("interface-selection", f"NCCL could not set up the communicator ({ev.counts.get('bootstrap', 0)} bootstrap "
                      f"error line(s), no 'Init COMPLETE'): {where}, where the others use {common}, so their "
                      "connections cannot reach it", ranks, None, tuple(ev.of("bootstrap")[:6]), "high",
                      _BOOTSTRAP_STEPS)
 
 
+_USAGE_STEPS = (
+    "one GPU per rank: torch.cuda.set_device(local_rank) (or init_process_group(device_id=...)) before the first "
+    "collective; CUDA_VISIBLE_DEVICES must give each local rank its own GPU",
+    "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT: each rank's cudaDev and busId",
+    "ncclInvalidUsage otherwise names an API misuse: NCCL_DEBUG=WARN prints which",
+)
+
+
+def _invalid_usage(ev: Evidence) -> Diagnosis | None:
+    """NCCL refused the call (ncclInvalidUsage, two ranks on one GPU), or nccl-tests' processes each
+    ran alone (every one rank 0: built without MPI, or started without mpirun). Where a setting the
+    system cannot serve explains the refusal (config lines), it is left to the configuration's rule."""
+    if ev.of("config"):
+        return None
+    found = _from_lines(ev, "usage", "invalid-usage", "NCCL refused how it is used: {first} ({n} such line(s))",
+                        _USAGE_STEPS, "high")
+    if found:
+        if any("Duplicate GPU" in e.text for e in ev.of("usage")):
+            return replace(found, why=found.why + "; two ranks were given the same GPU, and NCCL needs one GPU "
+                           "per rank")
+        return found
+    by_rank: dict[int, set[str]] = {}
+    for rank, host, _, _ in ev.test_devices:
+        by_rank.setdefault(rank, set()).add(host)
+    alone = sorted(rank for rank, hosts in by_rank.items() if len(hosts) > 1)
+    if alone:
+        return Diagnosis("invalid-usage", f"nccl-tests lists rank {alone[0]} on {len(by_rank[alone[0]])} hosts "
+                         f"({', '.join(sorted(by_rank[alone[0]]))}): each process ran on its own, not as one job",
+                         (), None, (), "high",
+                         ("build nccl-tests with MPI=1 (make MPI=1 MPI_HOME=...) and start it with mpirun, one "
+                          "process per GPU (-g 1) or per node", "check that mpirun starts the same binary on every "
+                          "host: a build without MPI prints 'nThread 1 nGpus 1' and rank 0 everywhere"))
+    return None
+
+
+def _transport_mismatch(ev: Evidence) -> Diagnosis | None:
+    """A connection whose two ends run different transports: one rank on IB, its peer on sockets."""
+    networks = {}
+    for source, name in ev.networks.items():
+        networks.setdefault(name, []).append(source)
+    if not ev.of("transport") and len(networks) < 2:
+        return None
+    why = ("the ranks do not run the same network transport"
+           + (f": {ev.of('transport')[0].text[:200]} (socket.cc: a connection's first message carries its type, "
+              "and the peer's is another)" if ev.of("transport") else "")
+           + ("; " + "; ".join(f"{name} on {', '.join(sorted(srcs)[:4])}" for name, srcs in sorted(networks.items()))
+              if len(networks) > 1 else ""))
+    return Diagnosis("transport-mismatch", why, tuple(sorted({e.rank for e in ev.of("transport")
+                                                               if e.rank is not None})), None,
+                     tuple(ev.of("transport")[:6]), "high",
+                     ("make InfiniBand/RoCE work on every node (ibv_devinfo; the same rdma-core and NCCL_IB_HCA), or "
+                      "NCCL_IB_DISABLE=1 on every node: NCCL must pick the same network everywhere",
+                      "the same NCCL_NET / NCCL_NET_PLUGIN (and plugin library) on every node",
+                      "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET: 'Using network ...' on each rank"))
+
+
+def _resource(ev: Evidence) -> Diagnosis | None:
+    """A rank ran out of something NCCL needs: GPU or host memory, /dev/shm, registrable memory, files."""
+    events = ev.of("resource")
+    if not events:
+        return None
+    text = " ".join(e.text for e in events)
+    steps = []
+    if any(w in text for w in ("shared memory segment", "posix_fallocate", "/dev/shm", "shm_open", "shm)")):
+        steps += ["/dev/shm is too small (a container's default is 64 MB) or not writable: docker run --shm-size=1g "
+                  "(or --ipc=host), Kubernetes an emptyDir of medium Memory on /dev/shm; df -h /dev/shm",
+                  "NCCL_SHM_DISABLE=1 avoids the shared-memory transport, at a cost"]
+    if "out of memory" in text.lower() or "OutOfMemory" in text or "MemoryAllocation" in text:
+        steps += ["the culprit rank ran out of GPU memory and stopped; its peers then wait or see their connections "
+                  "close: nvidia-smi for other processes on its GPU, a smaller batch, "
+                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                  "NCCL's own buffers: NCCL_BUFFSIZE and the channel count (NCCL_MAX_NCHANNELS) take GPU memory per peer"]
+    if "ibv_reg" in text or "Cannot allocate memory" in text or "MEMLOCK" in text.upper():
+        steps += ["registering memory with the NIC failed: ulimit -l unlimited where the job starts (container "
+                  "--ulimit memlock=-1, systemd LimitMEMLOCK=infinity)",
+                  "an NCCL_BUFFSIZE larger than the default registers more memory per peer: unset it"]
+    if "Too many open files" in text:
+        steps += ["ulimit -n: NCCL's sockets and shared-memory files need a descriptor each"]
+    steps.append("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,SHM,NET: which allocation failed, on which rank")
+    culprits = tuple(sorted({e.rank for e in events if e.rank is not None}))
+    return Diagnosis("resource-exhaustion", f"{ev.counts.get('resource', 0)} line(s) say a rank ran out of a resource "
+                     f"NCCL needs: {events[0].text[:200]}", culprits,
+                     _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None,
+                     tuple(events[:6]) + tuple(ev.of("peer_lost")[:2]), "high", tuple(steps))
+
+
+_P2P_STEPS = (
+    "run CUDA's p2pBandwidthLatencyTest: a GPU pair whose latency is milliseconds (not microseconds) has no "
+    "working peer-to-peer path",
+    "PCIe ACS redirects peer traffic through the root complex (and an IOMMU can drop it): disable ACS on the PCIe "
+    "switches (setpci, or the BIOS) and boot with iommu=pt or intel_iommu=off / amd_iommu=off",
+    "NCCL_P2P_DISABLE=1 confirms it (the hang goes away, slower, through shared memory); on virtual machines "
+    "NCCL_P2P_LEVEL=SYS or the hypervisor's P2P setting",
+    "nvidia-smi topo -p2p r: what the driver reports for each pair",
+)
+# CUDA's p2pBandwidthLatencyTest prints GPU-to-GPU latencies of 1-30 us over PCIe and NVLink; a pair
+# at a millisecond and more has no working peer path (its writes time out and are retried).
+_P2P_BROKEN_US = 1000.0
+
+
+def _p2p_latency(ev: Evidence) -> Diagnosis | None:
+    """CUDA refused peer access between GPUs, or p2pBandwidthLatencyTest measured milliseconds between them."""
+    refused = ev.of("p2p")
+    if refused:
+        return Diagnosis("p2p-blocked", f"CUDA has no peer-to-peer path between the GPUs: {refused[0].text[:200]}",
+                         tuple(sorted({e.rank for e in refused if e.rank is not None})), None, tuple(refused[:4]),
+                         "high", _P2P_STEPS)
+    broken = [e for e in ev.of("p2p_latency") if e.get("worst_us", 0) >= _P2P_BROKEN_US]
+    if not broken:
+        return None
+    return Diagnosis("p2p-blocked", f"{broken[0].text}: GPU peer-to-peer takes milliseconds where PCIe takes "
+                     "microseconds, so NCCL's P2P transport stalls", (), None, tuple(broken[:2]), "high", _P2P_STEPS)
+
+
+def _first_call_hang(ev: Evidence) -> Diagnosis | None:
+    """Every rank hangs in the first collective of its communicator, with no error on any: nothing ever
+    moved, so the data path is what fails. On one host that is GPU peer-to-peer (ACS, IOMMU, a VM)."""
+    if len(ev.hosts) > 1 or len({h for _, h, _, _ in ev.test_devices}) > 1:
+        return None
+    if ev.timeouts:
+        first = all(e.get("seq") is not None and e.get("seq") <= 1 for e in ev.timeouts.values()) or \
+            (ev.work and all(w.get("completed") == -1 for w in ev.work.values()))
+        if not first:
+            return None
+        evidence = tuple(ev.timeouts.values())[:6]
+        what = "the first collective of the communicator (SeqNum 1: nothing completed before it) hangs"
+    elif len(ev.test_devices) >= 2 and not ev.test_results and ev.init_complete >= 0 and \
+            not ev.timeouts and not ev.of("out_of_bounds"):
+        evidence = ()
+        what = (f"nccl-tests on {len(ev.test_devices)} GPUs of one host never printed a result: the first "
+                "collective hangs")
+    else:
+        return None
+    return Diagnosis("p2p-blocked", f"{what}, on one host, with no NCCL error anywhere: the data path between the "
+                     "GPUs does not move, the usual cause being PCIe peer-to-peer blocked by ACS or an IOMMU",
+                     (), _collective(evidence[0]) if evidence else None, evidence, "medium",
+                     _P2P_STEPS + ("if instead a rank had not reached the call (rank 0 preprocessing while the others "
+                                   "wait at a barrier), its log shows it busy: that is a straggler",))
+
+
+_SPECIAL_IFACE = re.compile(r"^(?:docker|virbr|veth|br-|cni|flannel|cali|tun|tap|wg|tailscale|zt|ib)|^lo$")
+
+
+def _special(iface: str, address: str) -> bool:
+    """An interface NCCL should rarely bootstrap over: container bridges and veths, tunnels, IPoIB,
+    loopback, or an address that is only link-local (169.254/16, fe80::/10)."""
+    return bool(_SPECIAL_IFACE.match(iface)) or address.startswith("169.254.") or address.lower().startswith("fe80")
+
+
+def _interface_choice(ev: Evidence, failed: bool) -> Diagnosis | None:
+    """NCCL's sockets use an interface the other hosts cannot reach through: say which, and how to pick."""
+    odd = _odd_interfaces(ev)
+    if odd:
+        return odd
+    named = [(who, iface, addr) for who, (iface, addr) in ev.ifaces.items()] + \
+        [(who, iface, addr) for who, listed in ev.socket_ifaces.items() for iface, addr in listed]
+    hosts = len(ev.hosts)
+    special = [(who, iface, addr) for who, iface, addr in named if _special(iface, addr) and
+               (iface != "lo" or hosts > 1)]
+    unset_ifname = ev.of("interface") + ev.of("loopback")
+    if not special and not unset_ifname:
+        return None
+    if ev.of("loopback") and not special:
+        why = ("the host's name resolved to loopback, so its peers are told to connect to 127.0.0.1: "
+               f"{ev.of('loopback')[0].text[:200]}")
+    elif special:
+        who, iface, addr = special[0]
+        why = (f"NCCL uses {iface} ({addr}) for its sockets, an interface the other hosts usually cannot reach "
+               "(a container bridge or veth, a tunnel, IPoIB, loopback or a link-local address)")
+    else:
+        why = f"NCCL found no usable socket interface: {unset_ifname[0].text[:200]}"
+    failures = ev.of("bootstrap") + ev.of("peer_lost")
+    if failed and failures:
+        why += f"; the connections then fail ({failures[0].text[:120]})"
+    return Diagnosis("interface-selection", why, (), None,
+                     tuple(unset_ifname[:2]) + tuple(ev.of("bootstrap")[:4]), "high" if failed else "medium",
+                     ("NCCL_SOCKET_IFNAME=<the interface the hosts reach each other on> (ip -br addr; ^docker,lo "
+                      "excludes), the same on every rank; it must exist on every host",
+                      "NCCL_IB_HCA for the data path if the IB devices are the ones to avoid",
+                      "each host's name must resolve to an address the others reach (hostname -i, /etc/hosts), "
+                      "not loopback; GLOO_SOCKET_IFNAME likewise for PyTorch's Gloo groups",
+                      "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,NET: 'Bootstrap : Using' and "
+                      "'NET/Socket : Using' on every rank"))
+
+
+def _peer_lost(ev: Evidence) -> Diagnosis | None:
+    """Ranks whose connections were closed under them. Where a rank's process died (a signal, killed),
+    that rank is the culprit and the others only saw it go; a connection closed from this very host
+    is the host's own doing (a firewall or security software on local sockets); otherwise the network."""
+    died, lost = ev.of("died"), ev.of("peer_lost")
+    if not died and not lost:
+        return None
+    if died:
+        culprits = tuple(sorted({e.rank for e in died if e.rank is not None}))
+        then = "; the others then saw their connections to it close" if lost else ""
+        return Diagnosis("stuck-peer", f"a process died ({died[0].text[:200]}){then}: the rank that died is the "
+                         "cause, the ones that report closed connections only saw it go", culprits,
+                         _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None,
+                         tuple(died[:4]) + tuple(lost[:4]), "high" if culprits else "medium",
+                         ("the culprit's own log and exit code: a Python exception, the kernel's OOM killer "
+                          "(dmesg | grep -i -e oom -e killed), a segfault (core dump)",
+                          "torchrun's error summary names the first rank that failed (its 'root cause')") +
+                         _STUCK_STEPS[1:2])
+    local = [e for e in lost if re.search(r"localhost|127\.0\.0\.1|::1\b", e.text)]
+    if local:
+        return Diagnosis("bootstrap", f"a connection within this very host was closed ({local[0].text[:200]}): "
+                         "no network and no other host is involved, so something on the host drops NCCL's local "
+                         "sockets", (), None, tuple(local[:4]), "medium",
+                         ("security or endpoint-protection software (web or network protection) and local firewall "
+                          "rules can reset local TCP connections: stop them and try again",) + _BOOTSTRAP_STEPS[1:])
+    return Diagnosis("fabric", f"connections were closed or reset under the ranks ({lost[0].text[:200]}) and no "
+                     "rank's log shows its process dying: the network dropped them, or a peer died without a word",
+                     (), _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None, tuple(lost[:6]),
+                     "low", ("collect every rank's log: a rank that died (exception, OOM killer, signal) is the "
+                             "cause if there is one", "ibstat / ibv_devinfo and the switch's port counters on the hosts "
+                             "named: links down or flapping", "NCCL_IB_TIMEOUT=22 NCCL_IB_RETRY_CNT=7 ride out a "
+                             "congested fabric", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET: which peer each connection goes to"))
+
+
+def _unsupported(ev: Evidence) -> Diagnosis | None:
+    return _from_lines(ev, "unsupported", "config-mismatch", "this NCCL build does not support the GPU: {first} "
+                       "(its kernels need more than the GPU offers; a release that predates the GPU)",
+                       ("use an NCCL release that supports the GPU's architecture (the release notes list it), "
+                        "e.g. pip install -U nvidia-nccl-cu12, or the one the framework's newest build ships",
+                        "NCCL_DEBUG=INFO: 'NCCL version' and 'cudaDriverVersion' on every rank"), "high")
+
+
+def _diverging_calls(ev: Evidence) -> Diagnosis | None:
+    """NCCL's own COLL lines: at the same operation count, ranks of a communicator called different
+    collectives or passed different counts or types (the sizes must agree, or the kernels never match)."""
+    by_size: dict[tuple, list] = {}
+    for call in ev.last_calls:
+        nranks = re.search(r"\[nranks=(\d+)\]", call.text)
+        by_size.setdefault((nranks.group(1) if nranks else None, call.get("opcount")), []).append(call)
+    for (_, opcount), calls in sorted(by_size.items(), key=lambda kv: str(kv[0])):
+        if len(calls) < 2:
+            continue
+        kinds: dict[tuple, list] = {}
+        for call in calls:
+            kinds.setdefault((call.get("op"), call.get("count"), call.get("datatype")), []).append(call)
+        if len(kinds) < 2:
+            continue
+        ordered = sorted(kinds.items(), key=lambda kv: -len(kv[1]))
+        odd = [c for _, cs in ordered[1:] for c in cs]
+        described = "; ".join(f"{op} count {count} datatype {dt} on {len(cs)} rank(s) "
+                              f"({', '.join(c.get('source') for c in cs[:3])})" for (op, count, dt), cs in ordered)
+        return Diagnosis("rank-divergence", f"NCCL's COLL lines at opCount {opcount}: {described}. Every rank must "
+                         "pass the same collective, count and datatype", tuple(sorted({c.rank for c in odd
+                                                                                       if c.rank is not None})),
+                         None, tuple(odd[:3]) + tuple(ordered[0][1][:3]), "high", _DIVERGENCE_STEPS)
+    return None
+
+
+def _seq_divergence(ev: Evidence) -> Diagnosis | None:
+    """Ranks of one group timed out at different SeqNums: a collective completes on all or none of
+    them, so the ranks at the lower SeqNum issued a different number of collectives."""
+    for pg, by_seq in _watchdog_groups(ev).items():
+        if len(by_seq) < 2 or -1 in by_seq:
+            continue
+        top = max(by_seq)
+        low = sorted(r for seq, calls in by_seq.items() if seq < top for rs in calls.values() for r in rs)
+        high = sorted(r for calls in by_seq[top].values() for r in calls)
+        where = f" of process group {pg}" if pg else ""
+        return Diagnosis("rank-divergence", f"ranks{where} time out at different SeqNums: rank(s) {ranks_text(low)} "
+                         f"below SeqNum {top}, where rank(s) {ranks_text(high)} time out. A collective completes on "
+                         "every rank of its group or on none, so these ranks issued different numbers of "
+                         "collectives (one skipped one, or ran an extra)", tuple(low),
+                         _collective(ev.timeouts[low[0]]), tuple(ev.timeouts[r] for r in (low + high)[:8]), "medium",
+                         _DIVERGENCE_STEPS)
+    return None
+
+
+_WAIT_STEPS = (
+    "a rank doing work the others do not (preprocessing or tokenising on the main process, evaluation or "
+    "checkpoint saving on rank 0) keeps them waiting past the timeout: do it before init_process_group, on every "
+    "rank, or inside main_process_first with a longer timeout",
+    "raise the timeout where the work is known to be long: init_process_group(timeout=timedelta(hours=2)), "
+    "TrainingArguments(ddp_timeout=...), deepspeed.init_distributed(timeout=...)",
+    "py-spy dump --pid PID on the culprit rank: what it is doing while the others wait",
+)
+
+
+def _waiting_for_main(ev: Evidence) -> Diagnosis | None:
+    """The others wait for one rank that has not come: at a barrier (PyTorch's is an all_reduce of one
+    element), in a broadcast from rank 0 that rank 0 has not joined, or for the communicator's id the
+    creating rank has not published. The rank they wait for is working (or stuck) outside NCCL."""
+    waits = ev.of("uid_wait")
+    if waits:
+        culprits = tuple(sorted({e.get("waited_for") for e in waits}))
+        ranks = {e.rank for e in waits if e.rank is not None}
+        waiting = f"rank(s) {ranks_text(ranks)}" if ranks else "a rank"
+        return Diagnosis("straggler", f"{waiting} waited for rank(s) {ranks_text(culprits)} to create the "
+                         f"communicator and gave up: {waits[0].text[:200]}", culprits, None, tuple(waits[:4]),
+                         "medium", _WAIT_STEPS)
+    if not ev.timeouts or len({(e.get("op"), e.get("seq")) for e in ev.timeouts.values()}) != 1:
+        return None
+    first = next(iter(ev.timeouts.values()))
+    op, numel = str(first.get("op")).upper(), first.get("numel_in")
+    barrier = op == "ALLREDUCE" and numel == 1
+    if not (barrier or op == "BROADCAST") or (op == "BROADCAST" and 0 in ev.timeouts):
+        return None  # a broadcast whose root (rank 0) is there too does not wait for it
+    world = max(ev.nranks) if ev.nranks else None
+    missing = sorted(set(range(world)) - set(ev.timeouts)) if world else ([0] if 0 not in ev.timeouts else [])
+    what = "a barrier (an all_reduce of one element)" if barrier else "a broadcast from rank 0"
+    why = (f"rank(s) {ranks_text(ev.timeouts)} time out in {what}, and " +
+           (f"rank(s) {ranks_text(missing)} never joined it: it was still working, or stuck, outside NCCL"
+            if missing else "the ranks that did not report kept them waiting"))
+    return Diagnosis("straggler", why, tuple(missing), _collective(first),
+                     tuple(ev.timeouts[r] for r in sorted(ev.timeouts))[:6], "medium", _WAIT_STEPS)
+
+
 def diagnose(ev: Evidence) -> Diagnosis:
     """The most specific diagnosis the evidence supports (see the module docstring)."""
-    for rule in (_data_corruption, _fingerprint_mismatch, _divergence, _mixed_communicators):
+    for rule in (_data_corruption, _fingerprint_mismatch, _divergence, _seq_divergence, _diverging_calls,
+                 _mixed_communicators, _invalid_usage, _transport_mismatch, _resource, _p2p_latency, _unsupported):
         found = rule(ev)
         if found:
             return found
@@ -307,21 +627,27 @@ def diagnose(ev: Evidence) -> Diagnosis:
                          ("ibstat / ibv_devinfo on the hosts named: a port down or flapping",
                           "NCCL_IB_TIMEOUT=22 and NCCL_IB_RETRY_CNT=7 ride out a congested fabric; retry "
                           "errors that remain are a link or cable",
+                          "on RoCE, the GID index must select the RoCE v2 address every host routes "
+                          "(show_gids; NCCL_IB_GID_INDEX=3 is common), and the same MTU end to end",
                           "dmesg | grep -i -e xid -e mlx: driver-level errors (Xid 74/79: NVLink, GPU off the bus)",
                           "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET: which NIC and peer each connection uses"), "high")
     if fabric:
         return fabric
-    if ev.of("bootstrap") and ev.init_complete == 0:
-        odd = _odd_interfaces(ev)
-        if odd:
-            return odd
-        return _from_lines(ev, "bootstrap", "bootstrap", "NCCL could not set up the communicator: {first} ({n} "
-                           "such line(s), and no rank logged 'Init COMPLETE')",
-                           _BOOTSTRAP_STEPS, "high")
-    for rule in (_config_mismatch, _ras, _not_launched, _behind, _stuck_peer):
+    if (ev.of("bootstrap") or ev.of("interface") or ev.of("loopback")) and ev.init_complete == 0:
+        chosen = _interface_choice(ev, failed=True)
+        if chosen:
+            return chosen
+        if not ev.of("died"):
+            return _from_lines(ev, "bootstrap", "bootstrap", "NCCL could not set up the communicator: {first} ({n} "
+                               "such line(s), and no rank logged 'Init COMPLETE')", _BOOTSTRAP_STEPS, "high")
+    for rule in (_peer_lost, _config_mismatch, _ras, _not_launched, _behind, _first_call_hang, _waiting_for_main,
+                 _stuck_peer):
         found = rule(ev)
         if found:
             return found
+    chosen = _interface_choice(ev, failed=False)
+    if chosen:
+        return chosen
     if ev.of("warn"):
         return _from_lines(ev, "warn", "unknown", "NCCL warned ({first}), but nothing says why ranks would hang",
                            _STUCK_STEPS, "low")

@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 
 __all__ = ["CATEGORIES", "Event", "Evidence", "Diagnosis", "is_entry"]
 
-CATEGORIES = ("rank-divergence", "mixed-communicators", "stuck-peer", "straggler", "bootstrap", "fabric",
-              "config-mismatch", "data-corruption", "unknown")
+# What went wrong, as the people who fix it tell the causes apart (each with its own next steps).
+CATEGORIES = ("rank-divergence", "mixed-communicators", "stuck-peer", "straggler", "bootstrap", "interface-selection",
+              "transport-mismatch", "fabric", "p2p-blocked", "resource-exhaustion", "config-mismatch", "invalid-usage",
+              "data-corruption", "unknown")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ class Evidence:
     ras_groups: tuple = ()  # NCCL RAS: (launched up to, ranks, listed ranks, event) per operation-count group
     ras_missing: tuple[int, ...] = ()  # NCCL RAS: ranks missing from the communicators' data (dead, unresponsive)
     fingerprints: dict = field(default_factory=dict)  # rank -> (OpType, SequenceNumber) from a desync check
+    last_calls: tuple = ()  # NCCL's COLL lines: each process's last call per communicator (Event kind "call")
+    socket_ifaces: dict = field(default_factory=dict)  # rank (else process) -> NET/Socket's ((interface, address), ...)
+    networks: dict = field(default_factory=dict)  # process -> the network NCCL runs ("IB", "Socket", a plugin's)
+    test_devices: tuple = ()  # nccl-tests' "Using devices" list: (rank, host, device, GPU name)
+    test_results: int = 0  # nccl-tests runs that printed their summary (finished)
+    hosts: tuple[str, ...] = ()  # the hosts NCCL's lines come from
 
     def of(self, kind: str) -> list[Event]:
         return self.events.get(kind, [])

@@ -30,13 +30,21 @@ _MAX_LINE = 8192
 _KEEP_PER_KIND = 64  # evidence lines kept of each kind; the counts go on
 
 # PyTorch's WorkNCCL, with NumelIn/NumelOut from 2.1 (1.x and 2.0 print none).
-_WATCHDOG = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+)(?:, NumelIn=(-?\d+), NumelOut=(-?\d+))?, "
+# Before 1.10 the SeqNum is not printed either ("WorkNCCL(OpType=BROADCAST, Timeout(ms)=1800000)").
+_WATCHDOG = re.compile(r"WorkNCCL\((?:SeqNum=(\d+), )?OpType=(\w+)(?:, NumelIn=(-?\d+), NumelOut=(-?\d+))?, "
                        r"Timeout\(ms\)=(\d+)\)(?: ran for (\d+) milliseconds)?")
 # The watchdog's progress line, as successive PyTorch releases word it: "... detected by watchdog at
-# work: N, last enqueued NCCL work: E, last completed NCCL work: C", "Timeout at NCCL work: N, ...",
-# "failure detected by watchdog at work sequence id: N PG status: last enqueue: E, last completed: C".
+# work: N, last enqueued NCCL work: E, last completed NCCL work: C" (2.2-2.3), "failure detected by
+# watchdog at work sequence id: N PG status: last enqueued work: E, last completed work: C" (2.4+),
+# and the desync report's "PG status: last enqueued work: E, last started work: S (OP), last
+# completed work: C".
 _WORK = re.compile(r"(?:at work|at NCCL work|at work sequence id):? (-?\d+),?(?: PG status:)? "
-                   r"last enqueue(?:d NCCL work)?: (-?\d+), last completed(?: NCCL work)?: (-?\d+)")
+                   r"last enqueued?(?: NCCL)?(?: work)?: (-?\d+),(?: last started(?: NCCL)?(?: work)?: (-?\d+)[^,]*,)? "
+                   r"last completed(?: NCCL)?(?: work)?: (-?\d+)")
+# What the other ranks of a group print when one of them timed out (ProcessGroupNCCL's
+# getNCCLWatchdogTimeoutErrorMsg, 2.3+): their own last enqueued and completed work.
+_DUMP_SIGNAL = re.compile(r"Received a dump signal due to a collective timeout from\s+(?:this local rank|rank\s+(\d+))"
+                          r".*?Last enqueued \w+ work: (-?\d+), last completed \w+ work: (-?\d+)")
 _PG_RANK = re.compile(r"\[PG (.*?) ?Rank (\d+)\]")
 _RANK_TAG = re.compile(r"\[Rank (\d+)\]|\[rank(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:")
 _COMM = re.compile(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+)")
@@ -53,42 +61,108 @@ _RAS_MISSING = re.compile(r"The missing ranks?: ([\d, ]+)")
 # but Rank 1 is running collective: CollectiveFingerPrint(...)".
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((?:SequenceNumber=(\d+), )?"
                           r"OpType=(\w+)")
-_BOOTSTRAP_IFACE = re.compile(r"Bootstrap ?: Using (\S+?):([0-9a-fA-F.:]+)<")
+# The bootstrap's interface: "Bootstrap : Using eth0:10.0.0.1<0>" ("[0]eth0" before 2.8), or NET/IB's "; OOB ibp75s0:..."
+_BOOTSTRAP_IFACE = re.compile(r"(?:Bootstrap ?: Using (?:\[\d+\])?|; OOB )([^\s:\[\]]+):([0-9a-fA-F.:%\w]*?)<")
+# nccl-tests' device list: "#  Rank  0 Group  0 Pid  1234 on host device  0 [0x01] NVIDIA A100"
+_TEST_DEVICE = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
+                          r"\[[^\]]*\]\s+(.+)")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
-_FABRIC = re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport retry counter|ibv_poll_cq|"
-                     r"local catastrophic|remote process exited or there was a network error|ncclRemoteError|"
-                     r"NET/IB.*(?:error|Error)|NVLink.*(?:error|down)|Xid.{0,20}\b(?:74|79)\b|port.*DOWN", re.I)
-_BOOTSTRAP = re.compile(r"bootstrap|Call to connect|Connection timed out|Connection refused|"
-                        r"no socket interface found|No usable listening interface|socketStartConnect|"
-                        r"Connect to .* failed", re.I)
-_CONFIG = re.compile(r"Duplicate GPU detected|invalid usage|ncclInvalidUsage|ncclInvalidArgument|not compatible|"
-                     r"shared memory segment|/dev/shm|"
-                     r"NVLS.*(?:not supported|fail)|MIG|version mismatch|different NCCL version", re.I)
-_TRIGGER = re.compile(r"NCCL|watchdog|Out of bounds|WARN|INFO|bootstrap|Xid|NVLink|Connection|comm 0x|launched up to|"
-                      r"-- GPU|missing rank|considered dead|CollectiveFingerPrint", re.I)
+# What a line says went wrong, most specific first; a line is of the first kind it matches. Each kind
+# has the plain words one of its patterns needs (checked first: most lines have none) and whether it
+# counts only on a warning (or an error's "-> N" trace).
+_KINDS = (
+    ("usage", False, ("Duplicate GPU", "nvalidUsage", "nvalid usage", "nvalidArgument"),
+     re.compile(r"Duplicate GPU detected|ncclInvalidUsage|invalid usage|ncclInvalidArgument", re.I)),
+    # socket.cc: a connection's first message carries its type; another type means the peer runs
+    # another transport over it (one node on IB, the other on sockets)
+    ("transport", False, ("wrong type",), re.compile(r"wrong type \d+ != \d+")),
+    # the framework's allocator ran out of GPU memory: that rank's process stops, and its peers wait for it
+    ("died", False, ("OutOfMemoryError", "Tried to allocate"),
+     re.compile(r"OutOfMemoryError|CUDA out of memory\. Tried to allocate")),
+    ("resource", False, ("emory", "EMORY", "space left", "open files", "fallocate", "shm", "Bus error", "MEMLOCK",
+                         "ibv_reg"),
+     re.compile(r"out of memory|cudaErrorMemoryAllocation|No space left on device|Cannot allocate memory|"
+                r"Too many open files|shared memory segment|posix_fallocate|/dev/shm|insufficient shared memory|"
+                r"\bBus error\b|RLIMIT_MEMLOCK|ibv_reg_mr\w* failed", re.I)),
+    ("fabric", False, ("status=12", "error 12", "etry", "RETRY", "ibv_poll_cq", "atastrophic", "IBV_EVENT", "NET/IB",
+                       "NVLink", "Xid", "DOWN"),
+     re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport retry counter|ibv_poll_cq|local catastrophic|"
+                r"IBV_EVENT_\w*(?:ERR|FATAL)|NET/IB.*(?:error|Error)|NVLink.*(?:error|down)|Xid.{0,20}\b(?:74|79)\b|"
+                r"port.*DOWN", re.I)),
+    # what a rank sees when its peer's process is gone (or, more rarely, the network dropped it)
+    ("peer_lost", False, ("remote process", "losed by", "eset by peer", "RemoteError", "Broken pipe"),
+     re.compile(r"remote process exited|Connection closed by (?:remote )?peer|Connection reset by peer|ncclRemoteError|"
+                r"Broken pipe", re.I)),
+    ("died", False, ("Segmentation", "SIG", "Signal 9", "xitcode", "Killed", "core dumped", "Fatal Python"),
+     re.compile(r"Segmentation fault|SIGSEGV|SIGKILL|SIGBUS|Signal 9\b|exitcode\s*:\s*-9\b|\bKilled\b|core dumped|"
+                r"Fatal Python error")),
+    # NCCL found no interface to use (NCCL_SOCKET_IFNAME matching none, or none with an address)
+    ("interface", False, ("AF_INET", "socket interface", "listening interface", "Address family"),
+     re.compile(r"neither AF_INET|no socket interface found|No usable listening interface|"
+                r"Socket creation failed : Address family not supported", re.I)),
+    # the host name resolved to loopback, so the others are told to connect to 127.0.0.1 (Gloo says so; NCCL too)
+    ("loopback", False, ("loopback", "127.0.0.1"), re.compile(r"loopback address as fallback|remote=\[127\.0\.0\.1\]")),
+    # CUDA refuses peer access between the two GPUs (no P2P path: ACS, IOMMU, consumer boards, VMs)
+    ("p2p", False, ("peer access", "PeerAccess", "P2P is not"),
+     re.compile(r"peer access is not supported|cudaErrorPeerAccessUnsupported|P2P is not supported between", re.I)),
+    # a rank waited for the one that creates the communicator to publish its id (c10d's store timed out)
+    ("uid_wait", False, ("ncclUniqueId",), re.compile(r"retrieving ncclUniqueId from \[(\d+)\].*(?:Timeout|timed out)")),
+    ("config", True, ("ompatible", "NVLS", "MIG", "ismatch", "NCCL version"),
+     re.compile(r"not compatible|NVLS.*(?:not supported|fail)|\bMIG\b|version mismatch|different NCCL version", re.I)),
+    # NCCL's kernels need more shared memory than the GPU offers: a release that predates the GPU
+    ("unsupported", False, ("maxSharedMem", "kernel image"),
+     re.compile(r"exceeds device/fn maxSharedMem|no kernel image is available")),
+    ("bootstrap", True, ("ootstrap", "OOTSTRAP", "onnect", "efused", "imed out", "route to host", "socket interface",
+                         "listening interface"),
+     re.compile(r"bootstrap|Call to connect|Connection timed out|Connection refused|No route to host|"
+                r"no socket interface found|No usable listening interface|socketStartConnect|Connect to .* failed",
+                re.I)),
+)
+_RETRYING = re.compile(r"-> \d+|retrying", re.I)
+# The interfaces NCCL lists: "NET/Socket : Using [0]eth0:10.0.0.1<0> [1]docker0:...", "Bootstrap : Using eth0:..."
+_SOCKET_IFACES = re.compile(r"NET/Socket ?: Using ((?:\[\d+\]\S+ ?)+)")
+_IFACE_ITEM = re.compile(r"\[\d+\]([^:\s]+):([0-9a-fA-F.:%\w]*?)<")
+# Which network each process runs (net.cc: "Using network IB", "Using network Socket", a plugin's name)
+_NETWORK = re.compile(r"Using network (\S+)|NET/(IB|Socket) ?: Using \[")
 
 
 _BLOCK = 1 << 20
 # Lines worth a closer look, found in whole blocks at once: the rest of a 200 MB NCCL_DEBUG=INFO
 # log (channel and ring lines by the million) is never decoded.
 _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
-    b"WorkNCCL", b"atchdog", b"last enqueued", b"Out of bounds", b"WARN", b"comm 0x", b"Init COMPLETE",
-    b"NCCL version", b"NCCL_", b"rror", b"ERROR", b"retry", b"Xid", b"NVLink", b"ootstrap", b"onnect ", b"onnection",
-    b"socket interface", b"listening interface", b"Duplicate GPU", b"NVLS", b"MIG", b"status=12", b"catastrophic",
-    b"DOWN", b"mismatch", b"```", b"launched up to operation", b" -- GPU ", b"missing rank", b"considered dead",
-    b"CollectiveFingerPrint")))  # plain words: one pass of the regex engine over a block, no backtracking
+    b"WorkNCCL", b"Watchdog", b"PG status", b"NCCL work", b"Received a dump signal", b"WARN", b"Init COMPLETE",
+    b"Init START", b"NCCL version", b"NCCL_", b"Error", b"ERROR", b"NCCL error", b"Connection", b"Call to connect",
+    b"Connect to", b"Xid", b"NVLink", b"NVLS", b"MIG", b"DOWN", b"Duplicate GPU", b"Out of bounds",
+    b"CollectiveFingerPrint", b"```", b"Bootstrap", b"IBV_EVENT", b"No space left", b"Cannot allocate",
+    b"Too many open files", b"SIGKILL", b"SIGSEGV", b"SIGBUS", b"Signal ", b"Killed", b"Segmentation fault",
+    b"NET/Socket", b"Using network", b"FinalizeAccept", b"CUDA out", b"OutOfMemory", b"No route", b"OOB ", b"Rank ",
+    b"Avg bus bandwidth", b"maxSharedMem", b"AF_INET", b"ncclUniqueId", b"Address family", b"P2P is not")))
+# Words that begin with a lower-case letter, found one by one: in one pattern with the rest they would
+# make it try its branches at a third of all positions.
+_INTERESTING_LOWER = (b"bootstrap", b"interface found", b"mismatch", b"launched up to", b"managed by process",
+                      b"missing rank", b"considered dead", b"xitcode", b"status=12", b"wrong type", b"out of memory",
+                      b"dump signal", b"last enqueued", b"dev/shm", b"loopback", b"127.0.0.1", b"peer access")
+_OPCOUNT = re.compile(rb": opCount ([0-9a-f]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ "
+                      rb"root (-?\d+) comm (0x[0-9a-f]+)")
+_CALL_HEAD = re.compile(rb"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] NCCL INFO (\w+)$")
+# CUDA's p2pBandwidthLatencyTest: a matrix of GPU-to-GPU latencies in us, after this header
+_P2P_LATENCY = b"P2P=Enabled Latency"
+_RANK_TAG_BYTES = re.compile(rb"\[rank(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:")
 
 
-def _lines(stream) -> Iterator[tuple[int, str | None]]:
+def _lines(stream, on_block=None) -> Iterator[tuple[int, str | None]]:
     """(line number, text) of the lines of a binary stream that _INTERESTING finds, each cut at
     _MAX_LINE bytes (the rest of a longer line is dropped, also one that spans blocks), bytes
-    that are not UTF-8 replaced; read in blocks, so memory stays bounded whatever the file. The
-    last item is (the number of lines, None)."""
+    that are not UTF-8 replaced; read in blocks, so memory stays bounded whatever the file. Each
+    block of whole lines also goes to `on_block(buf, base)` first. The last item is (the number
+    of lines, None)."""
     base, carry, cut = 0, b"", False
     while True:
         block = stream.read(_BLOCK)
         if not block:
             if carry:
+                if on_block:
+                    on_block(carry + b"\n", base)
                 yield from _matches(carry + b"\n", base)
                 base += 1
             yield base, None
@@ -102,6 +176,8 @@ def _lines(stream) -> Iterator[tuple[int, str | None]]:
             continue
         rest = block.find(b"\n") if cut else 0  # a cut line's remainder is dropped
         buf = carry + (b"\n" if cut else b"") + block[rest + 1 if cut else 0:last + 1]
+        if on_block:
+            on_block(buf, base)
         yield from _matches(buf, base)
         base += buf.count(b"\n")
         carry, cut = block[last + 1:], False
@@ -111,30 +187,35 @@ def _lines(stream) -> Iterator[tuple[int, str | None]]:
 
 def _matches(buf: bytes, base: int) -> Iterator[tuple[int, str]]:
     """The interesting lines of `buf` (whole lines, ending in a newline), numbered from base + 1."""
-    previous, number = -1, base
-    counted_to = 0
-    for match in _INTERESTING.finditer(buf):
-        start = buf.rfind(b"\n", 0, match.start()) + 1
-        if start == previous:
-            continue
+    starts = {buf.rfind(b"\n", 0, match.start()) + 1 for match in _INTERESTING.finditer(buf)}
+    for word in _INTERESTING_LOWER:
+        at = buf.find(word)
+        while at >= 0:
+            starts.add(buf.rfind(b"\n", 0, at) + 1)
+            at = buf.find(word, buf.find(b"\n", at))
+    number, counted_to = base, 0
+    for start in sorted(starts):
         number += buf.count(b"\n", counted_to, start)
-        counted_to, previous = start, start
-        end = buf.find(b"\n", match.end())
-        line = buf[start:min(end, start + _MAX_LINE)]
-        yield number + 1, line.decode("utf-8", errors="replace").rstrip("\r")
+        counted_to = start
+        end = buf.find(b"\n", start)
+        yield number + 1, buf[start:min(end, start + _MAX_LINE)].decode("utf-8", errors="replace").rstrip("\r")
 
 
 def _pg(text) -> str | None:
     """A process group as "ID (description)", whichever way PyTorch wrote it ("0 (default_pg)",
-    "ID 0 PG GUID 0(default_pg)", a Flight Recorder's ["0", "default_pg"])."""
+    "ID 5 PG GUID 37(TENSOR_MODEL_PARALLEL_GROUP)", a Flight Recorder's ["0", "default_pg"]). The ID
+    is the group's name, the same on every member (PyTorch 2.4+ prints it as the GUID; the "PG ID"
+    before it counts the groups one process made, so two groups can share it)."""
     if text is None:
         return None
     text = " ".join(str(t) for t in text) if isinstance(text, (list, tuple)) else str(text)
-    number = re.search(r"\d+", text)
+    guid = re.search(r"GUID\s*(\S+?)\s*(?:\(|$)", text)
+    number = guid or re.search(r"\d+", text)
     if number is None:
         return text
-    desc = re.search(r"\(([^)]*)\)", text) or re.match(r"\s*\d+\s+(\S+)\s*$", text)
-    return f"{number.group()} ({desc.group(1)})" if desc else number.group()
+    ident = number.group(1) if guid else number.group()
+    desc = re.search(r"\(([^)]*)\)", text) or (None if guid else re.match(r"\s*\d+\s+(\S+)\s*$", text))
+    return f"{ident} ({desc.group(1)})" if desc else ident
 
 
 def _op_name(profiling_name) -> str:
@@ -183,6 +264,21 @@ def _rank_of(text: str) -> int | None:
     return None
 
 
+def _kind_of(text: str, nccl: bool) -> str | None:
+    """The first of _KINDS the line is (see there), "warn" for another NCCL warning, else None."""
+    warn = None
+    for kind, needs_warning, needles, pattern in _KINDS:
+        if not any(word in text for word in needles) or not pattern.search(text):
+            continue
+        if warn is None:
+            warn = bool(re.search(r"\bWARN\b", text)) or "NCCL error" in text or "Error" in text
+        if warn or not needs_warning or (kind == "bootstrap" and _RETRYING.search(text)):
+            return kind
+    if warn is None:
+        warn = bool(re.search(r"\bWARN\b", text)) or "NCCL error" in text or "Error" in text
+    return "warn" if warn and nccl else None
+
+
 class _Collector:
     def __init__(self):
         self.events: dict[str, list[Event]] = {}
@@ -196,9 +292,15 @@ class _Collector:
         self.init_complete = 0
         self.lines = 0
         self.ifaces: dict[object, tuple[str, str]] = {}  # rank (else process) -> bootstrap interface, address
+        self.socket_ifaces: dict[object, tuple] = {}  # rank (else process) -> NET/Socket's (interface, address)s
+        self.networks: dict[str, str] = {}  # process -> the network NCCL runs (IB, Socket, a plugin's)
+        self.test_devices: set[tuple] = set()  # nccl-tests' (rank, host, device, GPU name)
+        self.test_results = 0  # nccl-tests' "Avg bus bandwidth" lines: runs that finished
+        self.hosts: set[str] = set()  # the hosts NCCL's lines come from
         self.ras_groups: list[list] = []  # [launched up to, count, listed ranks, event]
         self.ras_missing: set[int] = set()
         self.fingerprints: dict[int, tuple[str, int | None]] = {}  # rank -> (OpType, SequenceNumber)
+        self.calls: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> its last COLL line (scan_block)
         self.section = 0  # markdown code blocks: excerpts of separate incidents
         self.timed_section: int | None = None
 
@@ -212,90 +314,193 @@ class _Collector:
         if text.startswith("```"):
             self.section += 1
             return
-        if not _TRIGGER.search(text):
-            return
         rank = _rank_of(text)
         nccl = parse_line(text)
         source = name
         if nccl:
             source = f"{nccl.who.host}:{nccl.who.pid}"
+            self.hosts.add(nccl.who.host)
             if rank is None:
-                rank = self.pid_rank.get((nccl.who.host, nccl.who.pid))
+                rank = self.pid_rank.get((nccl.who.host, nccl.who.pid, nccl.who.dev),
+                                         self.pid_rank.get((nccl.who.host, nccl.who.pid)))
         text = text.strip()[:1000]
-        watchdog = _WATCHDOG.search(text)
-        if watchdog:
-            seq, op, numel_in, numel_out, timeout_ms, ran_ms = watchdog.groups()
-            pg = _PG_RANK.search(text)
-            if pg and rank is None:
-                rank = int(pg.group(2))
-            fields = (("seq", int(seq)), ("op", op), ("numel_in", int(numel_in) if numel_in else None),
-                      ("numel_out", int(numel_out) if numel_out else None),
-                      ("timeout_ms", int(timeout_ms)), ("ran_ms", int(ran_ms) if ran_ms else None),
-                      ("pg", _pg(pg.group(1)) if pg else None))
-            event = Event("watchdog", name, number, text, rank, fields)
-            self.keep(event)
-            if self.timed_section is None:
-                self.timed_section = self.section
-            if rank is not None and self.section == self.timed_section:
-                previous = self.timeouts.get(rank)
-                # A rank's first timeout is the one it hung in; later lines repeat or follow it.
-                if previous is None or (previous.get("pg") is None and event.get("pg") is not None
-                                        and previous.get("seq") == event.get("seq")):
-                    self.timeouts[rank] = event
+        if "Avg bus bandwidth" in text:
+            self.test_results += 1
             return
-        work = _WORK.search(text)
-        if work:
-            pg = _PG_RANK.search(text)
-            if pg and rank is None:
-                rank = int(pg.group(2))
-            fields = (("seq", int(work.group(1))), ("enqueued", int(work.group(2))),
-                      ("completed", int(work.group(3))), ("pg", _pg(pg.group(1)) if pg else None))
-            event = Event("work", name, number, text, rank, fields)
-            self.keep(event)
-            if rank is not None and rank not in self.work and self.section == (self.timed_section or 0):
-                self.work[rank] = event
+        if "Rank" in text and " device " in text:
+            device = _TEST_DEVICE.search(text)
+            if device:
+                self.test_devices.add((int(device.group(1)), device.group(2), int(device.group(3)),
+                                       device.group(4).strip()))
+                return
+        if "WorkNCCL" in text and self._watchdog(name, number, text, rank):
             return
-        if self._ras_line(name, number, text):
+        if ("work" in text or "dump signal" in text) and self._work(name, number, text, rank):
             return
-        prints = _FINGERPRINT.findall(text)
-        if prints:
+        if ("launched up to" in text or "-- GPU" in text or "missing rank" in text or "considered dead" in text) \
+                and self._ras_line(name, number, text):
+            return
+        if "CollectiveFingerPrint" in text:
+            prints = _FINGERPRINT.findall(text)
             for who, seq, op in prints:
                 self.fingerprints.setdefault(int(who), (op, int(seq) if seq else None))
-            self.keep(Event("fingerprint", name, number, text, rank))
-            return
-        oob = _OUT_OF_BOUNDS.search(text)
-        if oob:
-            self.keep(Event("out_of_bounds", name, number, text, rank,
-                            (("count", int(oob.group(1))), ("verdict", oob.group(2)))))
-            return
-        for setting in _SETTING.finditer(text):
-            # What NCCL says it read is per process; a command line's NAME=VALUE is for every rank.
-            if nccl and _SET_BY_ENV in text:
-                self.settings.setdefault(rank if rank is not None else source, {})[setting.group(1)] = setting.group(2)
-            self.keep(Event("setting", name, number, text, rank, ((setting.group(1), setting.group(2)),)))
-        iface = _BOOTSTRAP_IFACE.search(text)
-        if iface:
-            self.ifaces[rank if rank is not None else source] = (iface.group(1), iface.group(2))
-        version = _VERSION.search(text)
-        if version:
-            self.versions[source] = version.group(1)
-        comm = _COMM.search(text)
-        if comm:
-            self.nranks.add(int(comm.group(3)))
-            if nccl:
-                self.pid_rank[(nccl.who.host, nccl.who.pid)] = int(comm.group(2))
-                rank = int(comm.group(2))
+            if prints:
+                self.keep(Event("fingerprint", name, number, text, rank))
+                return
+        if "Out of bounds" in text:
+            oob = _OUT_OF_BOUNDS.search(text)
+            if oob:
+                self.keep(Event("out_of_bounds", name, number, text, rank,
+                                (("count", int(oob.group(1))), ("verdict", oob.group(2)))))
+                return
+        if "NCCL_" in text:
+            for setting in _SETTING.finditer(text):
+                # What NCCL says it read is per process; a command line's NAME=VALUE is for every rank.
+                if nccl and _SET_BY_ENV in text:
+                    self.settings.setdefault(rank if rank is not None else source, {})[setting.group(1)] = \
+                        setting.group(2)
+                self.keep(Event("setting", name, number, text, rank, ((setting.group(1), setting.group(2)),)))
+        if "Using" in text:
+            self._interfaces(text, rank if rank is not None else source, source)
+        if "NCCL version" in text:
+            version = _VERSION.search(text)
+            if version:
+                self.versions[source] = version.group(1)
+        if " nranks " in text:
+            comm = _COMM.search(text)
+            if comm:
+                self.nranks.add(int(comm.group(3)))
+                if nccl:
+                    self.pid_rank[(nccl.who.host, nccl.who.pid)] = int(comm.group(2))
+                    self.pid_rank[(nccl.who.host, nccl.who.pid, nccl.who.dev)] = int(comm.group(2))
+                    rank = int(comm.group(2))
         if "Init COMPLETE" in text:
             self.init_complete += 1
-        warn = bool(re.search(r"\bWARN\b", text)) or "NCCL error" in text or "Error" in text
-        if _FABRIC.search(text):
-            self.keep(Event("fabric", name, number, text, rank))
-        elif _CONFIG.search(text) and warn:
-            self.keep(Event("config", name, number, text, rank))
-        elif _BOOTSTRAP.search(text) and (warn or re.search(r"-> \d+", text)):
-            self.keep(Event("bootstrap", name, number, text, rank))
-        elif warn and nccl:
-            self.keep(Event("warn", name, number, text, rank))
+        kind = _kind_of(text, bool(nccl))
+        if kind == "uid_wait":  # the rank waited for is the one the line names
+            self.keep(Event(kind, name, number, text, rank,
+                            (("waited_for", int(re.search(r"ncclUniqueId from \[(\d+)\]", text).group(1))),)))
+        elif kind:
+            self.keep(Event(kind, name, number, text, rank))
+
+    def _watchdog(self, name: str, number: int, text: str, rank: int | None) -> bool:
+        """PyTorch's watchdog timeout: the rank's call (SeqNum, OpType, sizes, timeout) and group."""
+        watchdog = _WATCHDOG.search(text)
+        if not watchdog:
+            return False
+        seq, op, numel_in, numel_out, timeout_ms, ran_ms = watchdog.groups()
+        pg = _PG_RANK.search(text)
+        if pg and rank is None:
+            rank = int(pg.group(2))
+        fields = (("seq", int(seq) if seq else None), ("op", op), ("numel_in", int(numel_in) if numel_in else None),
+                  ("numel_out", int(numel_out) if numel_out else None),
+                  ("timeout_ms", int(timeout_ms)), ("ran_ms", int(ran_ms) if ran_ms else None),
+                  ("pg", _pg(pg.group(1)) if pg else None))
+        event = Event("watchdog", name, number, text, rank, fields)
+        self.keep(event)
+        if self.timed_section is None:
+            self.timed_section = self.section
+        if rank is not None and self.section == self.timed_section:
+            previous = self.timeouts.get(rank)
+            # A rank's first timeout is the one it hung in; later lines repeat or follow it.
+            if previous is None or (previous.get("pg") is None and event.get("pg") is not None
+                                    and previous.get("seq") == event.get("seq")):
+                self.timeouts[rank] = event
+        return True
+
+    def _work(self, name: str, number: int, text: str, rank: int | None) -> bool:
+        """PyTorch's progress line after a timeout (or, on the others, after being told of one):
+        the rank's last enqueued and completed work in its group."""
+        work = _WORK.search(text)
+        signal = None if work else _DUMP_SIGNAL.search(text)
+        if not (work or signal):
+            return False
+        pg = _PG_RANK.search(text)
+        if pg and rank is None:
+            rank = int(pg.group(2))
+        if work:
+            seq, enqueued, completed = int(work.group(1)), int(work.group(2)), int(work.group(4))
+        else:  # a rank told of another's timeout: where it stands itself, in no call of its own
+            seq, enqueued, completed = None, int(signal.group(2)), int(signal.group(3))
+        fields = (("seq", seq), ("enqueued", enqueued), ("completed", completed),
+                  ("pg", _pg(pg.group(1)) if pg else None))
+        event = Event("work", name, number, text, rank, fields)
+        self.keep(event)
+        if rank is not None and rank not in self.work and self.section == (self.timed_section or 0):
+            self.work[rank] = event
+        return True
+
+    def _interfaces(self, text: str, who, source: str) -> None:
+        """The interfaces NCCL lists for its bootstrap and socket transport, and the network it runs."""
+        iface = _BOOTSTRAP_IFACE.search(text)
+        if iface:
+            self.ifaces[who] = (iface.group(1), iface.group(2))
+        listed = _SOCKET_IFACES.search(text)
+        if listed:
+            self.socket_ifaces[who] = tuple(_IFACE_ITEM.findall(listed.group(1)))
+        network = _NETWORK.search(text)
+        if network:
+            self.networks[source] = network.group(1) or network.group(2)
+
+    def scan_block(self, name: str, buf: bytes, base: int) -> None:
+        """What a block of whole lines (numbered from base + 1) says in lines too many to decode one by
+        one: NCCL's COLL lines (each process's and device's last call per communicator, its line
+        number counted only for that one), and CUDA's p2pBandwidthLatencyTest matrices."""
+        last: dict[tuple, int] = {}  # (the line's head as written, comm) -> offset of its last call
+        for hit in _OPCOUNT.finditer(buf):
+            last[(buf[buf.rfind(b"\n", 0, hit.start()) + 1:hit.start()], hit.group(5))] = hit.start()
+        newest: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> (line start, head, call)
+        for (head_text, comm), at in last.items():
+            head = _CALL_HEAD.search(head_text)
+            if head is None:
+                continue
+            host, pid, dev, _ = head.groups()
+            key = (host.decode(errors="replace"), int(pid), int(dev), comm.decode())
+            start = at - len(head_text)
+            if key not in newest or newest[key][0] < start:
+                newest[key] = (start, head, _OPCOUNT.match(buf, at))
+        counted, number = 0, base
+        for key, (start, head, hit) in sorted(newest.items(), key=lambda kv: kv[1][0]):
+            number += buf.count(b"\n", counted, start)
+            counted = start
+            line = buf[start:min(buf.find(b"\n", start), start + _MAX_LINE)]
+            tag = _RANK_TAG_BYTES.search(line, 0, head.start())
+            rank = int(next(g for g in tag.groups() if g is not None)) if tag else None
+            fields = (("op", head.group(4).decode()), ("opcount", int(hit.group(1), 16)), ("count", int(hit.group(2))),
+                      ("datatype", int(hit.group(3))), ("root", int(hit.group(4))), ("comm", key[3]),
+                      ("source", f"{key[0]}:{key[1]} [{key[2]}]"))
+            self.calls[key] = (name, number + 1, line.decode("utf-8", errors="replace").strip()[:1000], rank, fields)
+        at = buf.find(_P2P_LATENCY)
+        while at >= 0:
+            self._p2p_matrix(name, buf, at, base + buf.count(b"\n", 0, at) + 1)
+            at = buf.find(_P2P_LATENCY, at + 1)
+
+    def _p2p_matrix(self, name: str, buf: bytes, at: int, number: int) -> None:
+        """The slowest GPU-to-GPU latency of a p2pBandwidthLatencyTest matrix (rows "GPU  lat lat ...")."""
+        worst, rows = 0.0, 0
+        for line in buf[at:at + 1 << 14].split(b"\n")[2:]:
+            cells = line.split()
+            if len(cells) < 3 or not cells[0].isdigit():
+                break
+            row = int(cells[0])
+            try:
+                values = [float(c) for c in cells[1:]]
+            except ValueError:
+                break
+            worst = max([worst] + [v for col, v in enumerate(values) if col != row])
+            rows += 1
+        if rows >= 2:
+            self.keep(Event("p2p_latency", name, number, f"p2pBandwidthLatencyTest: {rows} GPUs, the slowest pair "
+                            f"{worst:g} us", None, (("worst_us", worst), ("gpus", rows))))
+
+    def _last_calls(self) -> tuple[Event, ...]:
+        """Each process's last call per communicator, with its rank where the logs tie the process to one."""
+        out = []
+        for (host, pid, dev, _), (name, number, text, rank, fields) in sorted(self.calls.items()):
+            if rank is None:
+                rank = self.pid_rank.get((host, pid, dev), self.pid_rank.get((host, pid)))
+            out.append(Event("call", name, number, text, rank, fields))
+        return tuple(out)
 
     def _ras_line(self, name: str, number: int, text: str) -> bool:
         """A line of NCCL's RAS status: operation-count groups, their listed ranks, missing ranks."""
@@ -391,11 +596,36 @@ class _Collector:
                                            ("completed", completed), ("pg", last.get("pg")), ("entry", True)))
         self.work.setdefault(rank, work)
 
+    def _grouped_timeouts(self) -> dict[int, Event]:
+        """Each rank's timeout with its process group: PyTorch 2.4+ names the group only on the
+        progress line that follows the timeout ("[PG ID 0 PG GUID 0(default_pg) Rank 3] failure
+        detected by watchdog at work sequence id: N ..."), so a timeout without one takes the group
+        of its rank's progress line for the same SeqNum; where the logs name one group only, a
+        timeout that names none is in it."""
+        def in_group(event: Event, pg: str) -> Event:
+            return Event(event.kind, event.file, event.line, event.text, event.rank,
+                         tuple((k, pg if k == "pg" else v) for k, v in event.fields))
+
+        out = {}
+        for rank, event in self.timeouts.items():
+            work = self.work.get(rank)
+            if event.get("pg") is None and work is not None and work.get("pg") is not None \
+                    and work.get("seq") == event.get("seq"):
+                event = in_group(event, work.get("pg"))
+            out[rank] = event
+        named = {e.get("pg") for e in out.values()} - {None}
+        if len(named) == 1:
+            (pg,) = named
+            out = {rank: event if event.get("pg") else in_group(event, pg) for rank, event in out.items()}
+        return out
+
     def freeze(self, files: tuple[str, ...]) -> Evidence:
-        return Evidence(files, self.lines, self.events, self.counts, self.timeouts, self.work, self.settings,
+        return Evidence(files, self.lines, self.events, self.counts, self._grouped_timeouts(), self.work,
+                        self.settings,
                         self.versions, tuple(sorted(self.nranks)), self.init_complete, self.ifaces,
                         tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups), tuple(sorted(self.ras_missing)),
-                        self.fingerprints)
+                        self.fingerprints, self._last_calls(), self.socket_ifaces, self.networks,
+                        tuple(sorted(self.test_devices)), self.test_results, tuple(sorted(self.hosts)))
 
 
 def read_evidence(paths: Iterable[str | Path]) -> Evidence:
@@ -416,7 +646,7 @@ def read_evidence(paths: Iterable[str | Path]) -> Evidence:
                     collector.flight_recorder(path.name, dump, rank_in_name(path.name))
                     continue
                 stream.seek(0)
-                for number, text in _lines(stream):
+                for number, text in _lines(stream, lambda buf, base: collector.scan_block(path.name, buf, base)):
                     if text is None:
                         collector.lines += number
                     else:

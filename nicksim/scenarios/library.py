@@ -110,7 +110,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "bootstrap-blocked", "the root listens on an interface the others cannot reach",
         "NCCL_SOCKET_IFNAME=docker0 is exported on rank 0 only: the bootstrap root listens on the docker "
         "bridge, the other ranks' connections to it time out, and ncclCommInitRank never returns.",
-        "bootstrap", (0,), calls=(_GRAD,), env=((0, (("NCCL_SOCKET_IFNAME", "docker0"),)),),
+        "interface-selection", (0,), calls=(_GRAD,), env=((0, (("NCCL_SOCKET_IFNAME", "docker0"),)),),
         init_failure="bootstrap"),
     Scenario(
         "p2p-disable-mismatch", "one rank disables P2P, its peers do not",
