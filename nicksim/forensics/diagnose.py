@@ -120,8 +120,15 @@ def _mixed_communicators(ev: Evidence) -> Diagnosis | None:
                       "its collectives in, per communicator (commHash)"))
 
 
+def _no_dump(ev: Evidence, pg) -> list[int]:
+    """Members of the group (a Flight Recorder's pg_config) that wrote no dump, where others did."""
+    members = ev.members.get(pg) or (next(iter(ev.members.values())) if len(ev.members) == 1 else ())
+    return sorted(set(members) - set(ev.dumped) - set(ev.timeouts)) if ev.dumped else []
+
+
 def _behind(ev: Evidence) -> Diagnosis | None:
-    """Ranks that had not enqueued the collective the others hang in: behind, in their own work."""
+    """Ranks that had not enqueued the collective the others hang in: behind, in their own work.
+    Where Flight Recorder dumps were read, members of the group that wrote none are named with them."""
     groups = _watchdog_groups(ev)
     for pg, by_seq in groups.items():
         if not by_seq:
@@ -129,18 +136,21 @@ def _behind(ev: Evidence) -> Diagnosis | None:
         top = max(by_seq)
         behind = sorted(r for r, w in ev.work.items()
                         if w.get("pg") == pg and isinstance(w.get("enqueued"), int) and w.get("enqueued") < top)
-        behind += sorted(r for seq, calls in by_seq.items() if seq < top for rs in calls.values() for r in rs
-                         if r not in behind)
-        if behind:
-            (call, ranks), = list(by_seq[top].items())[:1]
-            waiting = ev.timeouts[min(ranks)]
-            evidence = tuple([waiting] + [ev.work.get(r) or ev.timeouts[r] for r in behind])[:8]
-            return Diagnosis("straggler", f"rank(s) {ranks_text(behind)} had not reached SeqNum {top} ({call[0]}) "
-                             f"that rank(s) {ranks_text(ranks)} time out in: they were still working (or stuck) "
-                             "before it", tuple(behind), _collective(waiting), evidence, "medium",
-                             ("py-spy dump --pid PID on the culprit ranks: what they were doing instead",
-                              "compare the step times per rank (a slow data loader, checkpoint or host)",
-                              "TORCH_NCCL_TRACE_BUFFER_SIZE=2000: the Flight Recorder's last entries per rank"))
+        if not behind:
+            continue
+        silent = _no_dump(ev, pg)
+        (call, ranks), = list(by_seq[top].items())[:1]
+        waiting = ev.timeouts[min(ranks)]
+        evidence = tuple([waiting] + [ev.work.get(r) or ev.timeouts[r] for r in behind])[:8]
+        why = (f"rank(s) {ranks_text(behind)} had not reached SeqNum {top} ({call[0]}) that rank(s) "
+               f"{ranks_text(ranks)} time out in: they were still working (or stuck) before it")
+        if silent:
+            why += (f"; rank(s) {ranks_text(silent)} of the group wrote no Flight Recorder dump (the process died, "
+                    "or hung where the watchdog could not dump)")
+        return Diagnosis("straggler", why, tuple(sorted(set(behind) | set(silent))), _collective(waiting), evidence,
+                         "medium", ("py-spy dump --pid PID on the culprit ranks: what they were doing instead",
+                                    "compare the step times per rank (a slow data loader, checkpoint or host)",
+                                    "TORCH_NCCL_TRACE_BUFFER_SIZE=2000: the Flight Recorder's last entries per rank"))
     return None
 
 
@@ -197,11 +207,17 @@ def _stuck_peer(ev: Evidence) -> Diagnosis | None:
     if call[0] and "REDUCE_SCATTER" in call[0].upper() and call[2]:
         world = world or (call[1] // call[2] if call[1] % call[2] == 0 else None)
     missing = sorted(set(range(world)) - set(ev.timeouts)) if world and len(ev.timeouts) < world else []
+    silent = _no_dump(ev, pg)
+    if silent:
+        missing = silent
     first = ev.timeouts[min(ranks)]
     seen = f"{len(ev.timeouts)} rank(s) ({ranks_text(ev.timeouts)})"
     why = (f"every rank that reported ({seen}) times out in the same {call[0]} (SeqNum {seq}, NumelIn {call[1]}): "
            "they launched it alike, so no rank diverged; a peer that never joined or stopped moving holds them")
-    if missing:
+    if silent:
+        why += (f"; rank(s) {ranks_text(silent)} of the group (its Flight Recorder pg_config) wrote no dump: the "
+                "process died, or hung where the watchdog could not dump")
+    elif missing:
         why += f"; rank(s) {ranks_text(missing)} of {world} did not report a timeout"
     return Diagnosis("stuck-peer", why, tuple(missing), _collective(first),
                      tuple(ev.timeouts[r] for r in sorted(ev.timeouts))[:6] + tuple(ev.of("work")[:2]),

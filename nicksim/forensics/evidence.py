@@ -55,6 +55,8 @@ class Evidence:
     test_devices: tuple = ()  # nccl-tests' "Using devices" list: (rank, host, device, GPU name)
     test_results: int = 0  # nccl-tests runs that printed their summary (finished)
     hosts: tuple[str, ...] = ()  # the hosts NCCL's lines come from
+    members: dict = field(default_factory=dict)  # process group -> its ranks (Flight Recorder's pg_config)
+    dumped: tuple[int, ...] = ()  # ranks whose Flight Recorder dump was read
 
     def of(self, kind: str) -> list[Event]:
         return self.events.get(kind, [])

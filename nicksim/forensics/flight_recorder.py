@@ -37,7 +37,11 @@ def read_flight_recorder(stream, path: Path) -> dict | None:
         dump = _PlainUnpickler(stream).load() if head == b"\x80" else json.load(stream)
     except Exception:  # damaged, truncated or not a dump after all: read as text
         return None
-    if isinstance(dump, dict) and (isinstance(dump.get("entries"), list) or isinstance(dump.get("communicators"), list)):
+    if not isinstance(dump, dict):
+        return None
+    # PyTorch's JSON form leaves `entries` out when a rank recorded none; its version and groups are still there
+    if isinstance(dump.get("entries"), list) or isinstance(dump.get("communicators"), list) or \
+            ("version" in dump and isinstance(dump.get("pg_config"), dict)):
         return dump
     return None
 

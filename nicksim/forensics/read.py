@@ -297,6 +297,8 @@ class _Collector:
         self.test_devices: set[tuple] = set()  # nccl-tests' (rank, host, device, GPU name)
         self.test_results = 0  # nccl-tests' "Avg bus bandwidth" lines: runs that finished
         self.hosts: set[str] = set()  # the hosts NCCL's lines come from
+        self.members: dict[str, tuple[int, ...]] = {}  # process group -> its ranks (a Flight Recorder's pg_config)
+        self.dumped: set[int] = set()  # ranks whose Flight Recorder dump was read
         self.ras_groups: list[list] = []  # [launched up to, count, listed ranks, event]
         self.ras_missing: set[int] = set()
         self.fingerprints: dict[int, tuple[str, int | None]] = {}  # rank -> (OpType, SequenceNumber)
@@ -562,6 +564,13 @@ class _Collector:
         if rank is None:
             self.keep(Event("flight_recorder", name, 0, "a Flight Recorder dump that names no rank"))
             return
+        self.dumped.add(rank)
+        for key, info in _table(dump.get("pg_config")).items():
+            # {name: {"name", "desc", "ranks": "[0, 1, 2, 3]"}}: who should have dumped for each group
+            info = _table(info)
+            members = tuple(int(r) for r in re.findall(r"-?\d+", str(info.get("ranks", ""))))
+            if members:
+                self.members[_pg([info.get("name", key), info.get("desc", "")]) or str(key)] = members
         # An entry without a whole sequence number cannot be placed against the others': left out.
         entries = [e for e in _items(dump.get("entries")) if isinstance(e, dict) and e.get("is_p2p") is not True
                    and _whole(e.get("collective_seq_id")) is not None]
@@ -625,7 +634,8 @@ class _Collector:
                         self.versions, tuple(sorted(self.nranks)), self.init_complete, self.ifaces,
                         tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups), tuple(sorted(self.ras_missing)),
                         self.fingerprints, self._last_calls(), self.socket_ifaces, self.networks,
-                        tuple(sorted(self.test_devices)), self.test_results, tuple(sorted(self.hosts)))
+                        tuple(sorted(self.test_devices)), self.test_results, tuple(sorted(self.hosts)), self.members,
+                        tuple(sorted(self.dumped)))
 
 
 def read_evidence(paths: Iterable[str | Path]) -> Evidence:

@@ -6,14 +6,16 @@ HangReport where each rank stands: in a call it launched and waits in, enqueued 
 launched, not yet at the call (still in its own work), or done. It then writes, per rank, the
 lines NCCL_DEBUG=INFO and PyTorch's ProcessGroupNCCL would have printed (init, settings, the IB
 error where a fault stalled that rank's transfers, the watchdog timeout and its last enqueued /
-completed line) to rank<R>.log, a Flight Recorder dump in PyTorch's JSON form to
-nccl_trace_rank_<R>.json, the DES's Chrome trace to trace.json, and diagnoses those files as
+completed line) to rank<R>.log, a Flight Recorder dump in PyTorch's current schema as its
+pickle (nccl_trace_rank_<R>, the file PyTorch writes on a timeout) and its JSON form
+(nccl_trace_rank_<R>.json), the DES's Chrome trace to trace.json, and diagnoses those files as
 `nicksim hang diagnose` would. A scenario whose communicator never comes up (`init_failure`)
 never reaches the DES: its ranks print the bootstrap's failure instead.
 """
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,7 +30,11 @@ from ..params import read_params
 from ..formats.trace import chrome_trace
 from .library import Op, Scenario
 
-__all__ = ["Standing", "Replay", "replay", "TorchSettings"]
+__all__ = ["Standing", "Replay", "replay", "TorchSettings", "flight_recorder_json", "FLIGHT_RECORDER_VERSION"]
+
+# The dump format PyTorch's FlightRecorder.hpp writes (version_val "2.10": thread ids and names, the
+# communication library's version, pg_config with each group's ranks; torch 2.7+).
+FLIGHT_RECORDER_VERSION = "2.10"
 
 
 
@@ -177,11 +183,13 @@ class _Writer:
             self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1700] {who} Aborting the communicators; the process "
                               "goes on (TORCH_NCCL_ASYNC_ERROR_HANDLING=2).")
 
-    def flight_recorder(self, standing: Standing, seqs: list[tuple[Op, int]]) -> dict:
-        """PyTorch's dump (version 2.4 fields) of this rank's calls: the `before` ones completed, then
-        its own calls as far as it got."""
-        entries, status = [], {}
+    def flight_recorder(self, standing: Standing, seqs: list[tuple[Op, int]], comm_lib_version: str) -> dict:
+        """PyTorch's dump of this rank's calls (FlightRecorder's dump_dict, format 2.10: the `before`
+        calls completed, then its own as far as it got), as its pickle holds it: no rank (the file
+        name has it), each group's members in pg_config, times the watchdog never saw as None."""
+        entries, status, config = [], {}, {}
         first_own = len(seqs) - len(self.s.calls_of(self.rank))  # the calls before the scenario come first
+        created_ns = 1733022855 * 10**9
         for record, (op, seq) in enumerate(seqs):
             own = record - first_own  # the call's place in the rank's own sequence
             if own < 0 or standing.state == "done" or own < standing.index:
@@ -192,12 +200,21 @@ class _Writer:
                 break
             numel_in, numel_out = _numels(op, self.s.nranks)
             pg_id, _, desc = op.pg.partition(" ")
-            entries.append({"record_id": record, "pg_id": int(pg_id), "process_group": [pg_id, desc.strip("()")],
-                            "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
-                            "profiling_name": COLLECTIVE_TABLE[op.collective].torch_profiling, "time_created_ns": 1733022855 * 10**9 + seq,
-                            "input_sizes": [[numel_in]], "input_dtypes": ["Float"], "output_sizes": [[numel_out]],
-                            "output_dtypes": ["Float"], "state": state, "retired": state == "completed",
-                            "timeout_ms": self.s.timeout_ms, "is_p2p": False, "frames": []})
+            desc = desc.strip("()") or "undefined"
+            members = sorted(r for r in range(self.s.nranks) if any(o.pg == op.pg for o in self.s.calls_of(r))) \
+                or list(range(self.s.nranks))
+            config[pg_id] = {"name": pg_id, "desc": desc, "ranks": "[" + ", ".join(str(r) for r in members) + "]"}
+            created = created_ns + record * 10**6
+            entries.append({
+                "frames": [], "record_id": record, "pg_id": int(pg_id), "process_group": (pg_id, desc),
+                "thread_name": "pt_main_thread", "thread_id": str(140000000000000 + self.rank),
+                "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
+                "profiling_name": COLLECTIVE_TABLE[op.collective].torch_profiling, "time_created_ns": created,
+                "input_sizes": [[numel_in]], "input_dtypes": ["Float"], "output_sizes": [[numel_out]],
+                "output_dtypes": ["Float"], "state": state,
+                "time_discovered_started_ns": created + 10**5 if state != "scheduled" else None,
+                "time_discovered_completed_ns": created + 10**6 if state == "completed" else None,
+                "retired": state == "completed", "timeout_ms": self.s.timeout_ms, "is_p2p": False})
             last = status.setdefault(pg_id, {"last_enqueued_collective": -1, "last_started_collective": -1,
                                              "last_completed_collective": -1})
             last["last_enqueued_collective"] = seq
@@ -205,7 +222,21 @@ class _Writer:
                 last["last_started_collective"] = seq
             if state == "completed":
                 last["last_completed_collective"] = seq
-        return {"version": "2.4", "rank": self.rank, "pg_config": {}, "pg_status": status, "entries": entries}
+        return {"version": FLIGHT_RECORDER_VERSION, "comm_lib_version": comm_lib_version, "pg_config": config,
+                "pg_status": status, "entries": entries}
+
+
+def flight_recorder_json(dump: dict) -> dict:
+    """The same dump as PyTorch's dump_json writes it: pg_config and pg_status values as strings, the
+    times the watchdog never saw as 0, process groups as lists, `entries` left out when there are none."""
+    out = {"version": dump["version"], "comm_lib_version": dump["comm_lib_version"],
+           "pg_config": {k: {f: str(v) for f, v in info.items()} for k, info in dump["pg_config"].items()},
+           "pg_status": {k: {f: str(v) for f, v in st.items()} for k, st in dump["pg_status"].items()}}
+    entries = [{k: (list(v) if isinstance(v, tuple) else 0 if v is None and k.startswith("time_") else v)
+                for k, v in e.items() if k != "frames"} for e in dump["entries"]]
+    if entries:
+        out["entries"] = entries
+    return out
 
 
 _TRACE_BUFFER = 16  # the earlier calls the scenarios list before their own (a dump keeps the last of them)
@@ -341,9 +372,12 @@ def replay(scenario: Scenario, out_dir: str | Path, debug: DebugConfig | None = 
             # timeout where TORCH_NCCL_DUMP_ON_TIMEOUT is on (0 entries: it records nothing).
             if torch.trace_buffer and torch.dump_on_timeout and not torch.blocking_wait:
                 kept = seqs[-torch.trace_buffer:]
-                dump = w.flight_recorder(stand, kept)
-                _write(out / f"nccl_trace_rank_{w.rank}.json", json.dumps(dump, indent=1))
-                files.append(str(out / f"nccl_trace_rank_{w.rank}.json"))
+                # PyTorch writes the pickle to TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank (/tmp/nccl_trace_rank_R);
+                # the JSON form is what its dump_json (and the HTTP handler) return
+                dump = w.flight_recorder(stand, kept, version.split("+")[0])
+                (out / f"nccl_trace_rank_{w.rank}").write_bytes(pickle.dumps(dump, protocol=2))
+                _write(out / f"nccl_trace_rank_{w.rank}.json", json.dumps(flight_recorder_json(dump), indent=1))
+                files += [str(out / f"nccl_trace_rank_{w.rank}"), str(out / f"nccl_trace_rank_{w.rank}.json")]
     for w in writers:
         _write(out / f"rank{w.rank}.log", "\n".join(w.lines) + "\n")
         files.append(str(out / f"rank{w.rank}.log"))
