@@ -13,8 +13,8 @@ from nicksim.scenarios.replay import flight_recorder_json
 def fr_entry(record: int, seq: int, state: str, pg: tuple = ("0", "default_pg"), op: str = "all_reduce") -> dict:
     """One entry as FlightRecorderDetail.hpp's getCollectiveTrace writes it (torch 2.7+)."""
     created = 1733022855 * 10**9 + record * 10**6
-    return {"frames": [], "record_id": record, "pg_id": int(pg[0]), "process_group": pg, "thread_name": "pt_main_thread",
-            "thread_id": "139872", "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
+    return {"frames": [], "record_id": record, "pg_id": int(pg[0]), "process_group": pg,
+            "thread_name": "pt_main_thread", "thread_id": "139872", "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
             "profiling_name": f"nccl:{op}", "time_created_ns": created, "input_sizes": [[1024, 1024]],
             "input_dtypes": ["Float"], "output_sizes": [[1024, 1024]], "output_dtypes": ["Float"], "state": state,
             "time_discovered_started_ns": None if state == "scheduled" else created + 1000,
@@ -29,7 +29,7 @@ def fr_dump(last_seq: int, state: str, ranks: int = 4) -> dict:
         entries.append(fr_entry(last_seq - 1, last_seq, state))
     done = last_seq if state == "completed" else last_seq - 1
     return {"version": "2.10", "comm_lib_version": "2.21.5",
-            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[" + ", ".join(map(str, range(ranks))) + "]"}},
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(ranks)))}},
             "pg_status": {"0": {"last_enqueued_collective": last_seq, "last_started_collective":
                                 last_seq if state != "scheduled" else last_seq - 1, "last_completed_collective": done}},
             "entries": entries}
@@ -52,8 +52,8 @@ def test_json_dumps_with_string_status_and_zero_times_are_read(tmp_path):
     dumps = {r: fr_dump(12, "started") for r in range(3)}
     dumps[3] = fr_dump(11, "completed")  # rank 3 never launched SeqNum 12
     for form in ("json", "pickle"):
-        found = diagnose(read_evidence(write_dumps(tmp_path / form if (tmp_path / form).mkdir() is None else 0,
-                                                   dumps, form)))
+        (tmp_path / form).mkdir()
+        found = diagnose(read_evidence(write_dumps(tmp_path / form, dumps, form)))
         assert found.category == "straggler" and found.culprit_ranks == (3,), (form, found.why)
 
 
@@ -94,7 +94,7 @@ def write(tmp_path, lines: list[str], name: str = "train.log"):
 
 def test_the_watchdog_progress_line_of_pytorch_2_4_is_read(tmp_path):
     lines = [line for r in range(3) for line in (watchdog_24(r, 12), progress_24(r, 12, 12, 11))]
-    lines.append(f"[rank3]:[E606 09:09:08.17 ProcessGroupNCCL.cpp:1987] [PG ID 0 PG GUID 0(default_pg) Rank 3] Received "
+    lines.append("[rank3]:[E606 09:09:08.17 ProcessGroupNCCL.cpp:1987] [PG ID 0 PG GUID 0(default_pg) Rank 3] Received "
                  "a dump signal due to a collective timeout from  rank 0 and we will try our best to dump the debug "
                  "info. Last enqueued NCCL work: 11, last completed NCCL work: 11.")
     ev = read_evidence(write(tmp_path, lines))

@@ -52,7 +52,8 @@ def _watchdog_groups(ev: Evidence) -> dict:
     for rank, event in ev.timeouts.items():
         key = (event.get("op"), event.get("numel_in"), event.get("numel_out"))
         seq = event.get("seq")  # before PyTorch 1.10 the watchdog names none: -1
-        groups.setdefault(event.get("pg"), {}).setdefault(-1 if seq is None else seq, {}).setdefault(key, set()).add(rank)
+        by_seq = groups.setdefault(event.get("pg"), {})
+        by_seq.setdefault(-1 if seq is None else seq, {}).setdefault(key, set()).add(rank)
     return groups
 
 
@@ -315,7 +316,8 @@ def _odd_interfaces(ev: Evidence) -> Diagnosis | None:
     ranks = tuple(w for w in odd if isinstance(w, int))
     where = ", ".join(f"{'rank ' if isinstance(w, int) else ''}{w} on {ev.ifaces[w][0]} ({ev.ifaces[w][1]})"
                       for w in odd)
-    return Diagnosis("interface-selection", f"NCCL could not set up the communicator ({ev.counts.get('bootstrap', 0)} bootstrap "
+    failed = ev.counts.get("bootstrap", 0)
+    return Diagnosis("interface-selection", f"NCCL could not set up the communicator ({failed} bootstrap "
                      f"error line(s), no 'Init COMPLETE'): {where}, where the others use {common}, so their "
                      "connections cannot reach it", ranks, None, tuple(ev.of("bootstrap")[:6]), "high",
                      _BOOTSTRAP_STEPS)
@@ -392,7 +394,8 @@ def _resource(ev: Evidence) -> Diagnosis | None:
         steps += ["the culprit rank ran out of GPU memory and stopped; its peers then wait or see their connections "
                   "close: nvidia-smi for other processes on its GPU, a smaller batch, "
                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                  "NCCL's own buffers: NCCL_BUFFSIZE and the channel count (NCCL_MAX_NCHANNELS) take GPU memory per peer"]
+                  "NCCL's own buffers: NCCL_BUFFSIZE and the channel count (NCCL_MAX_NCHANNELS) take GPU memory "
+                  "per peer"]
     if "ibv_reg" in text or "Cannot allocate memory" in text or "MEMLOCK" in text.upper():
         steps += ["registering memory with the NIC failed: ulimit -l unlimited where the job starts (container "
                   "--ulimit memlock=-1, systemd LimitMEMLOCK=infinity)",
@@ -535,9 +538,11 @@ def _peer_lost(ev: Evidence) -> Diagnosis | None:
                      "rank's log shows its process dying: the network dropped them, or a peer died without a word",
                      (), _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None, tuple(lost[:6]),
                      "low", ("collect every rank's log: a rank that died (exception, OOM killer, signal) is the "
-                             "cause if there is one", "ibstat / ibv_devinfo and the switch's port counters on the hosts "
-                             "named: links down or flapping", "NCCL_IB_TIMEOUT=22 NCCL_IB_RETRY_CNT=7 ride out a "
-                             "congested fabric", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET: which peer each connection goes to"))
+                             "cause if there is one",
+                             "ibstat / ibv_devinfo and the switch's port counters on the hosts named: links down or "
+                             "flapping",
+                             "NCCL_IB_TIMEOUT=22 NCCL_IB_RETRY_CNT=7 ride out a congested fabric",
+                             "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET: which peer each connection goes to"))
 
 
 def _unsupported(ev: Evidence) -> Diagnosis | None:

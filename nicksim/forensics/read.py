@@ -61,7 +61,8 @@ _RAS_MISSING = re.compile(r"The missing ranks?: ([\d, ]+)")
 # but Rank 1 is running collective: CollectiveFingerPrint(...)".
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((?:SequenceNumber=(\d+), )?"
                           r"OpType=(\w+)")
-# The bootstrap's interface: "Bootstrap : Using eth0:10.0.0.1<0>" ("[0]eth0" before 2.8), or NET/IB's "; OOB ibp75s0:..."
+# The bootstrap's interface: "Bootstrap : Using eth0:10.0.0.1<0>" ("[0]eth0" before 2.8), or NET/IB's
+# "; OOB ibp75s0:..."
 _BOOTSTRAP_IFACE = re.compile(r"(?:Bootstrap ?: Using (?:\[\d+\])?|; OOB )([^\s:\[\]]+):([0-9a-fA-F.:%\w]*?)<")
 # nccl-tests' device list: "#  Rank  0 Group  0 Pid  1234 on host device  0 [0x01] NVIDIA A100"
 _TEST_DEVICE = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
@@ -106,7 +107,8 @@ _KINDS = (
     ("p2p", False, ("peer access", "PeerAccess", "P2P is not"),
      re.compile(r"peer access is not supported|cudaErrorPeerAccessUnsupported|P2P is not supported between", re.I)),
     # a rank waited for the one that creates the communicator to publish its id (c10d's store timed out)
-    ("uid_wait", False, ("ncclUniqueId",), re.compile(r"retrieving ncclUniqueId from \[(\d+)\].*(?:Timeout|timed out)")),
+    ("uid_wait", False, ("ncclUniqueId",),
+     re.compile(r"retrieving ncclUniqueId from \[(\d+)\].*(?:Timeout|timed out)")),
     ("config", True, ("ompatible", "NVLS", "MIG", "ismatch", "NCCL version"),
      re.compile(r"not compatible|NVLS.*(?:not supported|fail)|\bMIG\b|version mismatch|different NCCL version", re.I)),
     # NCCL's kernels need more shared memory than the GPU offers: a release that predates the GPU
