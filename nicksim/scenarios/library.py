@@ -135,6 +135,31 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
         "fails. (The torn line is the scenario's injected fault; how many tear is the platform's.)",
         "data-corruption", (), calls=(Op("all_reduce", 1 << 21),), nodes=2, gpus_per_node=1, fabric="tcp",
         env=tuple((r, (("NCCL_PROTO", "LL128"), ("NCCL_IB_DISABLE", "1"))) for r in range(2)), torn_lines=1),
+    Scenario(
+        "shm-too-small", "a container's /dev/shm cannot hold NCCL's shared-memory buffers",
+        "Four ranks in one docker container with its default 64 MB /dev/shm, NCCL_P2P_DISABLE=1: every "
+        "connection goes through the SHM transport, whose segments (about 9.2 MB each, per peer and "
+        "direction) do not fit; ncclCommInitRank fails on every rank.",
+        "resource-exhaustion", (0, 1, 2, 3), calls=(_GRAD,),
+        env=tuple((r, (("NCCL_P2P_DISABLE", "1"),)) for r in range(4)), init_failure="shm"),
+    Scenario(
+        "ib-disabled-on-one-node", "one node on sockets, the other on InfiniBand",
+        "NCCL_IB_DISABLE=1 reaches node 1 only (a per-node job script): node 0 connects over IB, node 1 "
+        "listens on the socket transport, and the first IB handshake it accepts has the wrong type.",
+        "transport-mismatch", (1,), calls=(_GRAD,), nodes=2, gpus_per_node=1,
+        env=((1, (("NCCL_IB_DISABLE", "1"),)),), init_failure="transport"),
+    Scenario(
+        "duplicate-gpu", "two ranks on one GPU",
+        "The training script never calls torch.cuda.set_device(local_rank), so ranks 0 and 1 both use "
+        "GPU 0; NCCL refuses the communicator.",
+        "invalid-usage", (0, 1), calls=(_GRAD,), init_failure="duplicate-gpu"),
+    Scenario(
+        "p2p-blocked", "PCIe peer-to-peer traffic dropped (ACS with an IOMMU)",
+        "Two L40S behind one PCIe switch whose ACS redirects peer traffic to the root complex, where the "
+        "IOMMU drops it: NCCL's P2P writes from GPU 0 never land (the link carries nothing), no error is "
+        "raised, and the very first all_reduce hangs on both ranks.",
+        "p2p-blocked", (), calls=(Op("all_reduce", 1 << 20),), system="pcie-8x-l40s", gpus_per_node=2,
+        faults=("link-down:node0:GPU/0-PCI/0@0us",)),
 )}
 
 

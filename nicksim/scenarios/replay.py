@@ -135,6 +135,12 @@ class _Writer:
                               f"version {version}")
             self.lines.append(f"[rank{self.rank}]: ncclInvalidUsage: This usually reflects invalid usage of NCCL "
                               "library.")
+        elif failed == "shm":
+            self._shm_failure(version)
+        elif failed == "transport":
+            self._transport_failure(version)
+        elif failed == "duplicate-gpu":
+            self._duplicate_gpu(version)
         elif failed and self.rank != 0:
             self.nccl(f"WARN socketStartConnect: Connect to {root_address}<39615> failed : Connection timed out",
                       self.pid + 1, "misc/socket.cc:484 ")
@@ -146,6 +152,53 @@ class _Writer:
             self.lines.append(f"[rank{self.rank}]: ncclSystemError: System call (e.g. socket, malloc) or external "
                               f"library call failed or device error. Last error: socketStartConnect: Connect to "
                               f"{root_address}<39615> failed : Connection timed out")
+
+    def _system_error(self, version: str, last: str) -> None:
+        """PyTorch's exception for an NCCL set-up that failed with ncclSystemError."""
+        self.lines.append(f"[rank{self.rank}]: torch.distributed.DistBackendError: NCCL error in: "
+                          "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+                          f"details), NCCL version {version}")
+        self.lines.append(f"[rank{self.rank}]: ncclSystemError: System call (e.g. socket, malloc) or external "
+                          f"library call failed or device error. Last error: {last}")
+
+    def _shm_failure(self, version: str) -> None:
+        """shmutils.cc (2.12+): the SHM transport's segment does not fit the container's /dev/shm. The
+        size is the one real reports print for NCCL's default buffers (tests/hang_corpus: nccl-342)."""
+        segment = f"/dev/shm/nccl-{'aBcDeF'[self.rank % 6]}{self.rank:05d}"
+        self.nccl(f"WARN Error: failed to extend {segment} to 9637892 bytes", self.pid + 3, "misc/shmutils.cc:78 ")
+        self.nccl(f"WARN Error while creating shared memory segment {segment} (size 9637888)", self.pid + 3,
+                  "misc/shmutils.cc:117 ")
+        self.nccl("INFO transport/shm.cc:114 -> 2", self.pid + 3)
+        self.nccl("INFO transport.cc:165 -> 2", self.pid + 3)
+        self._system_error(version, f"Error while creating shared memory segment {segment} (size 9637888)")
+
+    def _transport_failure(self, version: str) -> None:
+        """One node on IB, the other on sockets (NCCL_IB_DISABLE=1 there): the IB side's handshake
+        socket (ncclSocketTypeNetIb = 4, misc/socket.h) reaches a NET/Socket listener (type 3)."""
+        ib = self.s.env_of(self.rank).get("NCCL_IB_DISABLE") != "1"
+        if ib:
+            self.nccl("INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:" + self.address()[1] + "<0>", subsys="NET")
+            self.nccl("INFO Using network IB", subsys="INIT")
+        else:
+            self.nccl(f"INFO NET/Socket : Using [0]eth0:{self.address()[1]}<0>", subsys="NET")
+            self.nccl("INFO Using network Socket", subsys="INIT")
+            self.nccl("WARN socketFinalizeAccept: wrong type 4 != 3", self.pid + 2, "misc/socket.cc:441 ")
+            self.nccl("INFO misc/socket.cc:561 -> 3", self.pid + 2)
+            self.nccl("INFO transport/net_socket.cc:378 -> 3", self.pid + 2)
+
+    def _duplicate_gpu(self, version: str) -> None:
+        """init.cc: two ranks of the communicator on one GPU (the same busId); each of them says so."""
+        other = 1 - self.rank if self.rank in (0, 1) else None
+        if other is None:
+            return
+        self.nccl(f"WARN Duplicate GPU detected : rank {self.rank} and rank {other} both on CUDA device 18000", None,
+                  "init.cc:723 ")
+        self.nccl("INFO init.cc:1377 -> 5")
+        self.lines.append(f"[rank{self.rank}]: torch.distributed.DistBackendError: NCCL error in: "
+                          "ProcessGroupNCCL.cpp:1970, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL "
+                          f"version {version}")
+        self.lines.append(f"[rank{self.rank}]: ncclInvalidUsage: This usually reflects invalid usage of NCCL "
+                          "library.")
 
     def fabric_error(self, peer: int) -> None:
         self.nccl(f"WARN NET/IB : Got completion from peer 10.1.{peer // self.s.gpus_per_node}.1<51{peer:03d}> with "
