@@ -15,6 +15,7 @@ as separate incidents, and the ranks' watchdog state is taken from the first tha
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -138,12 +139,13 @@ _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
     b"CollectiveFingerPrint", b"```", b"Bootstrap", b"IBV_EVENT", b"No space left", b"Cannot allocate",
     b"Too many open files", b"SIGKILL", b"SIGSEGV", b"SIGBUS", b"Signal ", b"Killed", b"Segmentation fault",
     b"NET/Socket", b"Using network", b"FinalizeAccept", b"CUDA out", b"OutOfMemory", b"No route", b"OOB ", b"Rank ",
-    b"Avg bus bandwidth", b"maxSharedMem", b"AF_INET", b"ncclUniqueId", b"Address family", b"P2P is not")))
-# Words that begin with a lower-case letter, found one by one: in one pattern with the rest they would
-# make it try its branches at a third of all positions.
-_INTERESTING_LOWER = (b"bootstrap", b"interface found", b"mismatch", b"launched up to", b"managed by process",
-                      b"missing rank", b"considered dead", b"xitcode", b"status=12", b"wrong type", b"out of memory",
-                      b"dump signal", b"last enqueued", b"dev/shm", b"loopback", b"127.0.0.1", b"peer access")
+    b"Avg bus bandwidth", b"maxSharedMem", b"AF_INET", b"ncclUniqueId", b"Address family", b"P2P is not",
+    b"Cuda failure", b"bootstrap", b"launched up to", b"managed by process", b"missing rank", b"considered dead",
+    b"xitcode", b"status=12", b"dev/shm", b"loopback", b"127.0.0.1", b"peer access")))
+# The INFO lines NCCL prints by the thousand while setting up (channels, rings, trees, connections):
+# none of them bears on a diagnosis, and telling them apart first spares the longer pattern.
+_ROUTINE = re.compile(rb"NCCL INFO (?:Channel \d+(?:/\d+)? : \d|Connected all|Trees |Ring \d|threadThresholds|"
+                      rb"\d+ coll channels|P2P Chunksize|NVLS comm)")
 _OPCOUNT = re.compile(rb": opCount ([0-9a-f]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ "
                       rb"root (-?\d+) comm (0x[0-9a-f]+)")
 _CALL_HEAD = re.compile(rb"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] NCCL INFO (\w+)$")
@@ -152,20 +154,17 @@ _P2P_LATENCY = b"P2P=Enabled Latency"
 _RANK_TAG_BYTES = re.compile(rb"\[rank(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:")
 
 
-def _lines(stream, on_block=None) -> Iterator[tuple[int, str | None]]:
-    """(line number, text) of the lines of a binary stream that _INTERESTING finds, each cut at
-    _MAX_LINE bytes (the rest of a longer line is dropped, also one that spans blocks), bytes
-    that are not UTF-8 replaced; read in blocks, so memory stays bounded whatever the file. Each
-    block of whole lines also goes to `on_block(buf, base)` first. The last item is (the number
-    of lines, None)."""
+def _lines(stream, on_block) -> Iterator[tuple[int, str | None]]:
+    """The stream's lines in blocks of whole lines, each cut at _MAX_LINE bytes (the rest of a
+    longer line is dropped, also one that spans blocks): `on_block(buf, base)` yields the (line
+    number, text) it keeps of each block, numbered from base + 1. Memory stays bounded whatever the
+    file. The last item is (the number of lines, None)."""
     base, carry, cut = 0, b"", False
     while True:
         block = stream.read(_BLOCK)
         if not block:
             if carry:
-                if on_block:
-                    on_block(carry + b"\n", base)
-                yield from _matches(carry + b"\n", base)
+                yield from on_block(carry + b"\n", base)
                 base += 1
             yield base, None
             return
@@ -178,29 +177,11 @@ def _lines(stream, on_block=None) -> Iterator[tuple[int, str | None]]:
             continue
         rest = block.find(b"\n") if cut else 0  # a cut line's remainder is dropped
         buf = carry + (b"\n" if cut else b"") + block[rest + 1 if cut else 0:last + 1]
-        if on_block:
-            on_block(buf, base)
-        yield from _matches(buf, base)
+        yield from on_block(buf, base)
         base += buf.count(b"\n")
         carry, cut = block[last + 1:], False
         if len(carry) > _MAX_LINE:
             carry, cut = carry[:_MAX_LINE], True
-
-
-def _matches(buf: bytes, base: int) -> Iterator[tuple[int, str]]:
-    """The interesting lines of `buf` (whole lines, ending in a newline), numbered from base + 1."""
-    starts = {buf.rfind(b"\n", 0, match.start()) + 1 for match in _INTERESTING.finditer(buf)}
-    for word in _INTERESTING_LOWER:
-        at = buf.find(word)
-        while at >= 0:
-            starts.add(buf.rfind(b"\n", 0, at) + 1)
-            at = buf.find(word, buf.find(b"\n", at))
-    number, counted_to = base, 0
-    for start in sorted(starts):
-        number += buf.count(b"\n", counted_to, start)
-        counted_to = start
-        end = buf.find(b"\n", start)
-        yield number + 1, buf[start:min(end, start + _MAX_LINE)].decode("utf-8", errors="replace").rstrip("\r")
 
 
 def _pg(text) -> str | None:
@@ -266,18 +247,21 @@ def _rank_of(text: str) -> int | None:
     return None
 
 
+# Every kind's words in one pattern: a line with none of them is none of the kinds.
+_NEEDLES = re.compile("|".join(re.escape(word) for _, _, words, _ in _KINDS for word in words))
+_WARN_WORD = re.compile(r"\bWARN\b")
+
+
 def _kind_of(text: str, nccl: bool) -> str | None:
     """The first of _KINDS the line is (see there), "warn" for another NCCL warning, else None."""
-    warn = None
+    warn = ("WARN" in text and _WARN_WORD.search(text) is not None) or "NCCL error" in text or "Error" in text
+    if _NEEDLES.search(text) is None:
+        return "warn" if warn and nccl else None
     for kind, needs_warning, needles, pattern in _KINDS:
         if not any(word in text for word in needles) or not pattern.search(text):
             continue
-        if warn is None:
-            warn = bool(re.search(r"\bWARN\b", text)) or "NCCL error" in text or "Error" in text
         if warn or not needs_warning or (kind == "bootstrap" and _RETRYING.search(text)):
             return kind
-    if warn is None:
-        warn = bool(re.search(r"\bWARN\b", text)) or "NCCL error" in text or "Error" in text
     return "warn" if warn and nccl else None
 
 
@@ -446,34 +430,44 @@ class _Collector:
         if network:
             self.networks[source] = network.group(1) or network.group(2)
 
-    def scan_block(self, name: str, buf: bytes, base: int) -> None:
-        """What a block of whole lines (numbered from base + 1) says in lines too many to decode one by
-        one: NCCL's COLL lines (each process's and device's last call per communicator, its line
-        number counted only for that one), and CUDA's p2pBandwidthLatencyTest matrices."""
-        last: dict[tuple, int] = {}  # (the line's head as written, comm) -> offset of its last call
-        for hit in _OPCOUNT.finditer(buf):
-            last[(buf[buf.rfind(b"\n", 0, hit.start()) + 1:hit.start()], hit.group(5))] = hit.start()
-        newest: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> (line start, head, call)
-        for (head_text, comm), at in last.items():
+    def scan_block(self, name: str, buf: bytes, base: int) -> Iterator[tuple[int, str]]:
+        """A block of whole lines (numbered from base + 1): the lines worth a closer look (those
+        _INTERESTING finds, decoded, bytes that are not UTF-8 replaced), and, kept here, what is said
+        in lines too many to decode one by one: NCCL's COLL lines (each process's and device's last
+        call per communicator) and CUDA's p2pBandwidthLatencyTest matrices."""
+        last = {}  # (the line's head as written, comm) -> (its last call's line index, the line)
+        for index, line in enumerate(buf.split(b"\n")):
+            if b": opCount " in line:
+                at = line.find(b": opCount ")
+                comm = line.find(b" comm 0x", at) + 6
+                if comm > 6:
+                    last[(line[:at], line[comm:].split(b" ", 1)[0].rstrip())] = (index, line)
+            elif _ROUTINE.search(line) is None and _INTERESTING.search(line):
+                yield base + index + 1, line[:_MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
+        newest: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> (line index, line, head, call)
+        for (head_text, comm), (index, line) in last.items():
             head = _CALL_HEAD.search(head_text)
-            if head is None:
+            hit = _OPCOUNT.match(line, len(head_text)) if head else None
+            if hit is None:
                 continue
             host, pid, dev, _ = head.groups()
             key = (host.decode(errors="replace"), int(pid), int(dev), comm.decode())
-            start = at - len(head_text)
-            if key not in newest or newest[key][0] < start:
-                newest[key] = (start, head, _OPCOUNT.match(buf, at))
-        counted, number = 0, base
-        for key, (start, head, hit) in sorted(newest.items(), key=lambda kv: kv[1][0]):
-            number += buf.count(b"\n", counted, start)
-            counted = start
-            line = buf[start:min(buf.find(b"\n", start), start + _MAX_LINE)]
+            if key not in newest or newest[key][0] < index:
+                newest[key] = (index, line, head, hit)
+        for key, (index, line, head, hit) in newest.items():
+            line = line[:_MAX_LINE]
             tag = _RANK_TAG_BYTES.search(line, 0, head.start())
             rank = int(next(g for g in tag.groups() if g is not None)) if tag else None
             fields = (("op", head.group(4).decode()), ("opcount", int(hit.group(1), 16)), ("count", int(hit.group(2))),
                       ("datatype", int(hit.group(3))), ("root", int(hit.group(4))), ("comm", key[3]),
                       ("source", f"{key[0]}:{key[1]} [{key[2]}]"))
-            self.calls[key] = (name, number + 1, line.decode("utf-8", errors="replace").strip()[:1000], rank, fields)
+            self.calls[key] = (name, base + index + 1, line.decode("utf-8", errors="replace").strip()[:1000], rank,
+                               fields)
+        if _P2P_LATENCY in buf:
+            self._p2p_matrices(name, buf, base)
+
+    def _p2p_matrices(self, name: str, buf: bytes, base: int) -> None:
+        """Each p2pBandwidthLatencyTest latency matrix in the block."""
         at = buf.find(_P2P_LATENCY)
         while at >= 0:
             self._p2p_matrix(name, buf, at, base + buf.count(b"\n", 0, at) + 1)
@@ -658,7 +652,7 @@ def read_evidence(paths: Iterable[str | Path]) -> Evidence:
                     collector.flight_recorder(path.name, dump, rank_in_name(path.name))
                     continue
                 stream.seek(0)
-                for number, text in _lines(stream, lambda buf, base: collector.scan_block(path.name, buf, base)):
+                for number, text in _lines(stream, partial(collector.scan_block, path.name)):
                     if text is None:
                         collector.lines += number
                     else:
