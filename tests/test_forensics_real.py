@@ -202,3 +202,14 @@ def test_a_replay_writes_the_schema_pytorch_writes_and_reads(tmp_path):
         as_json = json.loads((tmp_path / f"{path.name}.json").read_text())
         assert all(isinstance(v, str) for st in as_json["pg_status"].values() for v in st.values())
     assert done.diagnosis.category == SCENARIOS["straggler"].expect
+
+
+def test_coll_lines_where_a_rank_stopped_earlier_name_it_behind(tmp_path):
+    fmt = ("n1:{pid}:{pid} [{d}] NCCL INFO AllReduce: opCount {op:x} sendbuff 0x7f00 recvbuff 0x7f00 count 4096 "
+           "datatype 7 op 0 root 0 comm 0x55{d}0 [nranks=4] stream 0x5600")
+    lines = [f"n1:{100 + d}:{100 + d} [{d}] NCCL INFO comm 0x55{d}0 rank {d} nranks 4 cudaDev {d} busId 1000 - "
+             "Init COMPLETE" for d in range(4)]
+    lines += [fmt.format(pid=100 + d, d=d, op=op) for op in range(40) for d in range(4) if not (d == 1 and op > 30)]
+    found = diagnose(read_evidence(write(tmp_path, lines)))
+    assert found.category == "straggler" and found.culprit_ranks == (1,), found.why
+    assert "opCount 27" in found.why and "1e" in found.why

@@ -637,6 +637,29 @@ def _waiting_for_main(ev: Evidence) -> Diagnosis | None:
                      tuple(ev.timeouts[r] for r in sorted(ev.timeouts))[:6], "medium", _WAIT_STEPS)
 
 
+def _calls_behind(ev: Evidence) -> Diagnosis | None:
+    """NCCL's COLL lines: in a communicator (its rank count), a few ranks' last call came earlier than
+    the rest's (a lower opCount): they never issued the calls the others are in."""
+    by_size: dict = {}
+    for call in ev.last_calls:
+        nranks = re.search(r"\[nranks=(\d+)\]", call.text)
+        by_size.setdefault(nranks.group(1) if nranks else None, []).append(call)
+    for calls in by_size.values():
+        top = max(c.get("opcount") for c in calls)
+        behind = [c for c in calls if c.get("opcount") < top]
+        if not behind or len(behind) * 2 >= len(calls):
+            continue
+        lowest = min(c.get("opcount") for c in behind)
+        who = ", ".join(c.get("source") for c in behind[:4])
+        return Diagnosis("straggler", f"NCCL's COLL lines: {len(calls) - len(behind)} rank(s) issued calls up to "
+                         f"opCount {top:x}, while {len(behind)} ({who}) stopped at {lowest:x}: they never issued the "
+                         "calls the others wait in (still working, or stuck, outside NCCL)",
+                         tuple(sorted({c.rank for c in behind if c.rank is not None})), None,
+                         tuple(behind[:4]) + tuple(c for c in calls if c.get("opcount") == top)[:2], "medium",
+                         _WAIT_STEPS)
+    return None
+
+
 def diagnose(ev: Evidence) -> Diagnosis:
     """The most specific diagnosis the evidence supports (see the module docstring)."""
     for rule in (_data_corruption, _fingerprint_mismatch, _divergence, _seq_divergence, _diverging_calls,
@@ -662,7 +685,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
             return _from_lines(ev, "bootstrap", "bootstrap", "NCCL could not set up the communicator: {first} ({n} "
                                "such line(s), and no rank logged 'Init COMPLETE')", _BOOTSTRAP_STEPS, "high")
     for rule in (_peer_lost, _config_mismatch, _ras, _not_launched, _behind, _first_call_hang, _waiting_for_main,
-                 _stuck_peer):
+                 _stuck_peer, _calls_behind):
         found = rule(ev)
         if found:
             return found
