@@ -213,3 +213,19 @@ def test_coll_lines_where_a_rank_stopped_earlier_name_it_behind(tmp_path):
     found = diagnose(read_evidence(write(tmp_path, lines)))
     assert found.category == "straggler" and found.culprit_ranks == (1,), found.why
     assert "opCount 27" in found.why and "1e" in found.why
+
+
+def test_pytorchs_desync_report_names_the_ranks_out_of_step(tmp_path):
+    head = [watchdog_24(r, 41208) for r in range(3)]
+    behind = head + ["[rank0]:\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+                     "[rank0]:\t     [3] finished collective #41207, but didn't join collective #41208 (count from 1)"]
+    found = diagnose(read_evidence(write(tmp_path, behind, "behind.log")))
+    assert found.category == "straggler" and found.culprit_ranks == (3,) and found.confidence == "high"
+    gone = head + ["[rank0]:\t - To our best knowledge, ranks [3] are the lagging ranks that caused this timeout. "
+                   "They never joined any collectives"]
+    found = diagnose(read_evidence(write(tmp_path, gone, "gone.log")))
+    assert found.category == "stuck-peer" and found.culprit_ranks == (3,)
+    everyone = [watchdog_24(r, 39) for r in range(4)] + [
+        "[rank0]:\t   - [0, 1, 2, 3] joined but didn't finish collective #39 (count from 1)"]
+    found = diagnose(read_evidence(write(tmp_path, everyone, "all.log")))
+    assert "desync report" not in found.why  # nobody out of step: the report adds nothing

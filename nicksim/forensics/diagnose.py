@@ -660,10 +660,38 @@ def _calls_behind(ev: Evidence) -> Diagnosis | None:
     return None
 
 
+def _desync_report(ev: Evidence) -> Diagnosis | None:
+    """PyTorch's own desync report (TORCH_NCCL_DESYNC_DEBUG=1) lists the ranks at the lowest SeqNum any
+    rank is at: those that finished it and never joined the next are still working before it, those
+    in it while others are ahead are stuck in it, and those that never joined any are gone. Where every
+    rank is in the same collective, nobody is out of step and the report says nothing more."""
+    lines = ev.of("desync")
+    never = sorted({r for e in lines if e.get("role") == "never" for r in e.get("ranks")})
+    if never:
+        return Diagnosis("stuck-peer", f"PyTorch's desync report: rank(s) {ranks_text(never)} never joined any "
+                         "collective (dead, or stuck before the first)", tuple(never), None, tuple(lines[:4]), "high",
+                         _STUCK_STEPS)
+    finished = sorted({r for e in lines if e.get("role") == "finished" for r in e.get("ranks")})
+    joined = sorted({r for e in lines if e.get("role") == "joined" for r in e.get("ranks")})
+    seq = next((e.get("seq") for e in lines if e.get("seq") is not None), None)
+    if finished:
+        return Diagnosis("straggler", f"PyTorch's desync report: rank(s) {ranks_text(finished)} finished collective "
+                         f"#{seq} and never joined the next, which the others are in: they were still working (or "
+                         "stuck) before it", tuple(finished), None, tuple(lines[:4]), "high", _WAIT_STEPS)
+    others = (set(ev.timeouts) | set(ev.work)) - set(joined)
+    if joined and others:
+        return Diagnosis("stuck-peer", f"PyTorch's desync report: rank(s) {ranks_text(joined)} are still in "
+                         f"collective #{seq}, which the others finished: the culprits are stuck in it (a lagging "
+                         "GPU, a dead peer connection, or a mismatched call)", tuple(joined), None, tuple(lines[:4]),
+                         "high", _STUCK_STEPS)
+    return None
+
+
 def diagnose(ev: Evidence) -> Diagnosis:
     """The most specific diagnosis the evidence supports (see the module docstring)."""
     for rule in (_data_corruption, _fingerprint_mismatch, _divergence, _seq_divergence, _diverging_calls,
-                 _mixed_communicators, _invalid_usage, _transport_mismatch, _resource, _p2p_latency, _unsupported):
+                 _mixed_communicators, _desync_report, _invalid_usage, _transport_mismatch, _resource, _p2p_latency,
+                 _unsupported):
         found = rule(ev)
         if found:
             return found

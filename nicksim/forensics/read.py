@@ -64,6 +64,12 @@ _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPr
                           r"OpType=(\w+)")
 # The bootstrap's interface: "Bootstrap : Using eth0:10.0.0.1<0>" ("[0]eth0" before 2.8), or NET/IB's
 # "; OOB ibp75s0:..."
+# PyTorch's desync report (TORCH_NCCL_DESYNC_DEBUG=1; TraceUtils.h retrieveDesyncReport): "[47] joined but
+# didn't finish collective #41207", "[0, 1, ...] finished collective #41207, but didn't join collective #41208",
+# "ranks [47] are the lagging ranks that caused this timeout. They never joined any collectives".
+_DESYNC_JOINED = re.compile(r"\[([\d, ]+)\] joined but didn't finish collective #(\d+)")
+_DESYNC_FINISHED = re.compile(r"\[([\d, ]+)\] finished collective #(\d+), but didn't join collective #(\d+)")
+_DESYNC_NEVER = re.compile(r"ranks \[([\d, ]+)\] are the lagging ranks that caused this timeout")
 _BOOTSTRAP_IFACE = re.compile(r"(?:Bootstrap ?: Using (?:\[\d+\])?|; OOB )([^\s:\[\]]+):([0-9a-fA-F.:%\w]*?)<")
 # nccl-tests' device list: "#  Rank  0 Group  0 Pid  1234 on host device  0 [0x01] NVIDIA A100"
 _TEST_DEVICE = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
@@ -141,7 +147,8 @@ _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
     b"NET/Socket", b"Using network", b"FinalizeAccept", b"CUDA out", b"OutOfMemory", b"No route", b"OOB ", b"Rank ",
     b"Avg bus bandwidth", b"maxSharedMem", b"AF_INET", b"ncclUniqueId", b"Address family", b"P2P is not",
     b"Cuda failure", b"bootstrap", b"launched up to", b"managed by process", b"missing rank", b"considered dead",
-    b"xitcode", b"status=12", b"dev/shm", b"loopback", b"127.0.0.1", b"peer access")))
+    b"xitcode", b"status=12", b"dev/shm", b"loopback", b"127.0.0.1", b"peer access", b"collective #",
+    b"lagging ranks")))
 # The INFO lines NCCL prints by the thousand while setting up (channels, rings, trees, connections):
 # none of them bears on a diagnosis, and telling them apart first spares the longer pattern.
 _ROUTINE = re.compile(rb"NCCL INFO (?:Channel \d+(?:/\d+)? : \d|Connected all|Trees |Ring \d|threadThresholds|"
@@ -328,6 +335,8 @@ class _Collector:
         if ("launched up to" in text or "-- GPU" in text or "missing rank" in text or "considered dead" in text) \
                 and self._ras_line(name, number, text):
             return
+        if ("collective #" in text or "lagging ranks" in text) and self._desync(name, number, text, rank):
+            return
         if "CollectiveFingerPrint" in text:
             prints = _FINGERPRINT.findall(text)
             for who, seq, op in prints:
@@ -417,6 +426,18 @@ class _Collector:
         if rank is not None and rank not in self.work and self.section == (self.timed_section or 0):
             self.work[rank] = event
         return True
+
+    def _desync(self, name: str, number: int, text: str, rank: int | None) -> bool:
+        """A line of PyTorch's desync report: the ranks in a collective they never finished, those that
+        finished it but never joined the next, and those that never joined any."""
+        for pattern, role in ((_DESYNC_JOINED, "joined"), (_DESYNC_FINISHED, "finished"), (_DESYNC_NEVER, "never")):
+            found = pattern.search(text)
+            if found:
+                ranks = tuple(int(r) for r in re.findall(r"\d+", found.group(1)))
+                seq = int(found.group(2)) if role != "never" else None
+                self.keep(Event("desync", name, number, text, rank, (("role", role), ("ranks", ranks), ("seq", seq))))
+                return True
+        return False
 
     def _interfaces(self, text: str, who, source: str) -> None:
         """The interfaces NCCL lists for its bootstrap and socket transport, and the network it runs."""

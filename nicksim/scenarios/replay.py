@@ -206,35 +206,63 @@ class _Writer:
                   self.pid + 2, "transport/net_ib.cc:1697 ")
         self.nccl("INFO transport/net.cc:1300 -> 6", self.pid + 2)
 
-    def watchdog(self, op: Op, seq: int, enqueued: int, completed: int, ran_ms: int, torch: "TorchSettings") -> None:
-        """PyTorch's lines when the call times out: the watchdog's (or, with TORCH_NCCL_BLOCKING_WAIT=1,
-        wait()'s own exception), and what TORCH_NCCL_ASYNC_ERROR_HANDLING then does."""
+    def _tag(self) -> str:
+        return f"[rank{self.rank}]:[E1201 03:14:{15 + self.rank % 40:02d}.{418265 + self.rank:09d} "
+
+    def _who(self, op: Op) -> str:
+        """ProcessGroupNCCL's log prefix (2.4+): the PG ID this process counts, the group's GUID and its
+        description, and this rank's place in it."""
+        pg_id, _, desc = op.pg.partition(" ")
+        return f"[PG ID {pg_id} PG GUID {pg_id}{desc.replace(' ', '')} Rank {self.rank}]"
+
+    def watchdog(self, op: Op, seq: int, enqueued: int, completed: int, ran_ms: int, torch: "TorchSettings",
+                 desync: tuple[str, ...] = ()) -> None:
+        """PyTorch's lines when the call times out, as its 2.4+ releases print them (the line numbers of
+        ProcessGroupNCCL.cpp a torch 2.6 log shows): the watchdog's (or, with TORCH_NCCL_BLOCKING_WAIT=1,
+        wait()'s own exception), the desync report, the progress line, the dump, and what
+        TORCH_NCCL_ASYNC_ERROR_HANDLING then does."""
         optype = COLLECTIVE_TABLE[op.collective].torch_ops[0]
         numel_in, numel_out = _numels(op, self.s.nranks)
-        tag = f"[rank{self.rank}]:[E1201 03:14:{15 + self.rank % 40:02d}.{418265 + self.rank:09d} "
+        tag, who = self._tag(), self._who(op)
         work = (f"WorkNCCL(SeqNum={seq}, OpType={optype}, NumelIn={numel_in}, NumelOut={numel_out}, "
                 f"Timeout(ms)={self.s.timeout_ms}) ran for {ran_ms} milliseconds before timing out.")
-        who = f"[PG {op.pg} Rank {self.rank}]"
         if torch.blocking_wait:  # ProcessGroupNCCL::WorkNCCL::synchronize raises in the caller's thread
             self.lines.append(f"[rank{self.rank}]: torch.distributed.DistBackendError: {who} Work {work}")
             return
-        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:632] {who} Watchdog caught collective operation timeout: {work}")
-        if torch.desync_debug:  # the desync report names which ranks had not joined the call
-            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1650] {who} Desync debugging is on (TORCH_NCCL_DESYNC_DEBUG=1): "
-                              f"this rank timed out at SeqNum {seq}; the ranks that never joined it are those whose "
-                              f"last enqueued work is below {seq}")
-        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1664] {who} Exception (either an error "
-                          f"or timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: {enqueued}, "
-                          f"last completed NCCL work: {completed}.")
+        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:632] [Rank {self.rank}] Watchdog caught collective operation "
+                          f"timeout: {work}")
+        if torch.desync_debug:  # TraceUtils.h retrieveDesyncReport, from what every rank put in the store
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1558] {who} Timeout at collective: {optype}, #{seq}")
+            self.lines += [f"[rank{self.rank}]:\t{line}" for line in desync]
+        self.lines.append(f"{tag}ProcessGroupNCCL.cpp:2271] {who}  failure detected by watchdog at work sequence id: "
+                          f"{seq} PG status: last enqueued work: {enqueued}, last completed work: {completed}")
+        if not torch.trace_buffer:
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:670] Stack trace of the failed collective not found, "
+                              "potentially because FlightRecorder is disabled. You can enable it by setting "
+                              "TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.")
+        if torch.dump_on_timeout:
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:2106] {who} First PG on this rank to signal dumping.")
+            self.dump_signal(op, "this local rank", enqueued, completed)
         if torch.async_error_handling in (1, 3):
-            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:630] {who} Some NCCL operations have failed or timed out. "
-                              "Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
-                              "corrupted/incomplete data.")
-            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:636] {who} To avoid data inconsistency, we are taking the "
-                              "entire process down.")
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:630] [Rank {self.rank}] Some NCCL operations have failed or "
+                              "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations "
+                              "might run on corrupted/incomplete data.")
+            self.lines.append(f"{tag}ProcessGroupNCCL.cpp:636] [Rank {self.rank}] To avoid data inconsistency, we are "
+                              "taking the entire process down.")
         elif torch.async_error_handling == 2:
             self.lines.append(f"{tag}ProcessGroupNCCL.cpp:1700] {who} Aborting the communicators; the process "
                               "goes on (TORCH_NCCL_ASYNC_ERROR_HANDLING=2).")
+
+    def dump_signal(self, op: Op, source: str, enqueued: int, completed: int) -> None:
+        """What a rank prints when it dumps for a timeout, its own or (told through the store)
+        another rank's: its own last enqueued and completed work."""
+        self.lines.append(f"{self._tag()}ProcessGroupNCCL.cpp:1746] {self._who(op)} Received a dump signal due to a "
+                          f"collective timeout from {source} and we will try our best to dump the debug info. Last "
+                          f"enqueued NCCL work: {enqueued}, last completed NCCL work: {completed}.This is most likely "
+                          "caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of "
+                          "collectives is not same for all ranks or the scheduled collective, for some reason, didn't "
+                          "run. Additionally, this can be caused by GIL deadlock or other reasons such as network "
+                          "errors or bugs in the communications library (e.g. NCCL), etc.")
 
     def flight_recorder(self, standing: Standing, seqs: list[tuple[Op, int]], comm_lib_version: str) -> dict:
         """PyTorch's dump of this rank's calls (FlightRecorder's dump_dict, format 2.10: the `before`
@@ -415,12 +443,16 @@ def replay(scenario: Scenario, out_dir: str | Path, debug: DebugConfig | None = 
                     writers[end].fabric_error(peer)
         _write(out / "trace.json", json.dumps(chrome_trace(run)))
         files.append(str(out / "trace.json"))
+        places = {w.rank: _place(scenario, w.rank, stand) for w, stand in zip(writers, standing)}
+        desync = _desync_report(places)
+        first_out = min((r for r, (_, _, out) in places.items() if out), default=None)
         for w, stand in zip(writers, standing):
             seqs = _sequence(scenario, w.rank)
-            timed_out = stand.state in ("started", "scheduled")
+            op, seq, timed_out = places[w.rank]
             if timed_out:
-                op, seq = seqs[len(seqs) - len(scenario.calls_of(w.rank)) + stand.index]
-                w.watchdog(op, seq, seq, seq - 1, scenario.timeout_ms + 26 + w.rank, torch)
+                w.watchdog(op, seq, seq, seq - 1, scenario.timeout_ms + 26 + w.rank, torch, desync)
+            elif first_out is not None and torch.dump_on_timeout and not torch.blocking_wait and op is not None:
+                w.dump_signal(op, f"rank {first_out}", seq, seq)  # told through the store: it dumps too
             # The Flight Recorder keeps the last TORCH_NCCL_TRACE_BUFFER_SIZE calls and dumps them on a
             # timeout where TORCH_NCCL_DUMP_ON_TIMEOUT is on (0 entries: it records nothing).
             if torch.trace_buffer and torch.dump_on_timeout and not torch.blocking_wait:
@@ -437,6 +469,35 @@ def replay(scenario: Scenario, out_dir: str | Path, debug: DebugConfig | None = 
     logs = [f for f in files if not f.endswith("trace.json")]
     return Replay(scenario, tuple(standing), hang_lines, tuple(files), diagnose(read_evidence(logs)),
                   run.hang.blocked if not scenario.init_failure and run.hang else ())
+
+
+def _place(scenario: Scenario, rank: int, stand: Standing) -> tuple[Op | None, int, bool]:
+    """Where the rank is in its process group's sequence: the call it timed out in (and True), else
+    its last completed call (the one before the call it had not reached, or its last)."""
+    seqs = _sequence(scenario, rank)
+    own = len(seqs) - len(scenario.calls_of(rank))
+    if stand.state in ("started", "scheduled"):
+        op, seq = seqs[own + stand.index]
+        return op, seq, True
+    done = own + stand.index - 1 if stand.state == "behind" else len(seqs) - 1
+    return (seqs[done][0], seqs[done][1], False) if done >= 0 else (None, 0, False)
+
+
+def _desync_report(places: dict) -> tuple[str, ...]:
+    """PyTorch's desync report (TraceUtils.h retrieveDesyncReport) from every rank's place: the ranks at
+    the lowest SeqNum any is at, in it (joined, not finished) or done with it (not joined the next)."""
+    if not places:
+        return ()
+    low = min(seq for _, seq, _ in places.values())
+    inside = sorted(r for r, (_, seq, out) in places.items() if seq == low and out)
+    done = sorted(r for r, (_, seq, out) in places.items() if seq == low and not out)
+    lines = ["- To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:"]
+    if inside:
+        lines.append(f"  - [{', '.join(map(str, inside))}] joined but didn't finish collective #{low} (count from 1)")
+    if done:
+        lines.append(f"    [{', '.join(map(str, done))}] finished collective #{low}, but didn't join collective "
+                     f"#{low + 1} (count from 1)")
+    return tuple(lines)
 
 
 def _write(path: Path, text: str) -> None:
