@@ -14,7 +14,8 @@ def fr_entry(record: int, seq: int, state: str, pg: tuple = ("0", "default_pg"),
     """One entry as FlightRecorderDetail.hpp's getCollectiveTrace writes it (torch 2.7+)."""
     created = 1733022855 * 10**9 + record * 10**6
     return {"frames": [], "record_id": record, "pg_id": int(pg[0]), "process_group": pg,
-            "thread_name": "pt_main_thread", "thread_id": "139872", "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
+            "thread_name": "pt_main_thread", "thread_id": "139872", "collective_seq_id": seq, "p2p_seq_id": 0,
+            "op_id": seq,
             "profiling_name": f"nccl:{op}", "time_created_ns": created, "input_sizes": [[1024, 1024]],
             "input_dtypes": ["Float"], "output_sizes": [[1024, 1024]], "output_dtypes": ["Float"], "state": state,
             "time_discovered_started_ns": None if state == "scheduled" else created + 1000,
@@ -217,7 +218,8 @@ def test_coll_lines_where_a_rank_stopped_earlier_name_it_behind(tmp_path):
 
 def test_pytorchs_desync_report_names_the_ranks_out_of_step(tmp_path):
     head = [watchdog_24(r, 41208) for r in range(3)]
-    behind = head + ["[rank0]:\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+    behind = head + ["[rank0]:\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync "
+                     "are:",
                      "[rank0]:\t     [3] finished collective #41207, but didn't join collective #41208 (count from 1)"]
     found = diagnose(read_evidence(write(tmp_path, behind, "behind.log")))
     assert found.category == "straggler" and found.culprit_ranks == (3,) and found.confidence == "high"

@@ -649,7 +649,8 @@ class _Collector:
         return Evidence(files, self.lines, self.events, self.counts, self._grouped_timeouts(), self.work,
                         self.settings,
                         self.versions, tuple(sorted(self.nranks)), self.init_complete, self.ifaces,
-                        tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups), tuple(sorted(self.ras_missing)),
+                        tuple((g[0], g[1], tuple(g[2]), g[3]) for g in self.ras_groups),
+                        tuple(sorted(self.ras_missing)),
                         self.fingerprints, self._last_calls(), self.socket_ifaces, self.networks,
                         tuple(sorted(self.test_devices)), self.test_results, tuple(sorted(self.hosts)), self.members,
                         tuple(sorted(self.dumped)))

@@ -258,9 +258,10 @@ class _Writer:
         another rank's: its own last enqueued and completed work."""
         self.lines.append(f"{self._tag()}ProcessGroupNCCL.cpp:1746] {self._who(op)} Received a dump signal due to a "
                           f"collective timeout from {source} and we will try our best to dump the debug info. Last "
-                          f"enqueued NCCL work: {enqueued}, last completed NCCL work: {completed}.This is most likely "
-                          "caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of "
-                          "collectives is not same for all ranks or the scheduled collective, for some reason, didn't "
+                          f"enqueued NCCL work: {enqueued}, last completed NCCL work: {completed}.This is most "
+                          "likely caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the "
+                          "order of collectives is not same for all ranks or the scheduled collective, for some "
+                          "reason, didn't "
                           "run. Additionally, this can be caused by GIL deadlock or other reasons such as network "
                           "errors or bugs in the communications library (e.g. NCCL), etc.")
 
