@@ -534,6 +534,18 @@ def _peer_lost(ev: Evidence) -> Diagnosis | None:
                          "sockets", (), None, tuple(local[:4]), "medium",
                          ("security or endpoint-protection software (web or network protection) and local firewall "
                           "rules can reset local TCP connections: stop them and try again",) + _BOOTSTRAP_STEPS[1:])
+    closed = [e for e in lost if re.search(r"Connection closed by (?:remote )?peer", e.text)]
+    if closed:  # socket.cc: recv returned 0, an orderly close (FIN), which a dying process's kernel sends
+        peer = re.search(r"Connection closed by (?:remote )?peer (\S+?)(?:<|\s|$)", closed[0].text)
+        return Diagnosis("stuck-peer", f"the peer closed its connections in order ({closed[0].text[:200]}): an "
+                         "end of stream, not a reset or a timeout, is what a host sends when the process at that "
+                         f"end exits, so the process on {peer.group(1) if peer else 'the peer'} stopped (killed, "
+                         "crashed or exited) and the ranks that report it only saw it go", (),
+                         _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None, tuple(lost[:6]),
+                         "medium", ("the log of the process on the host named, and its exit: dmesg | grep -i -e oom "
+                                    "-e killed, the scheduler's record (OOM killer, preemption, a node drain)",
+                                    "torchrun's error summary names the first rank that failed (its 'root cause')")
+                         + _STUCK_STEPS[1:2])
     return Diagnosis("fabric", f"connections were closed or reset under the ranks ({lost[0].text[:200]}) and no "
                      "rank's log shows its process dying: the network dropped them, or a peer died without a word",
                      (), _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None, tuple(lost[:6]),

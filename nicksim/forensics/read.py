@@ -60,8 +60,9 @@ _RAS_MISSING = re.compile(r"The missing ranks?: ([\d, ]+)")
 # TORCH_DISTRIBUTED_DEBUG=DETAIL's check before each collective (ProcessGroupWrapper): "Detected
 # mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(...),
 # but Rank 1 is running collective: CollectiveFingerPrint(...)".
-_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((?:SequenceNumber=(\d+), )?"
-                          r"OpType=(\w+)")
+# (2.2+ words it "is running inconsistent collective")
+_FINGERPRINT = re.compile(r"Rank (\d+) is running (?:inconsistent )?collective: CollectiveFingerPrint\("
+                          r"(?:SequenceNumber=(\d+), )?OpType=(\w+)")
 # The bootstrap's interface: "Bootstrap : Using eth0:10.0.0.1<0>" ("[0]eth0" before 2.8), or NET/IB's
 # "; OOB ibp75s0:..."
 # PyTorch's desync report (TORCH_NCCL_DESYNC_DEBUG=1; TraceUtils.h retrieveDesyncReport): "[47] joined but
@@ -101,9 +102,12 @@ _KINDS = (
     ("peer_lost", False, ("remote process", "losed by", "eset by peer", "RemoteError", "Broken pipe"),
      re.compile(r"remote process exited|Connection closed by (?:remote )?peer|Connection reset by peer|ncclRemoteError|"
                 r"Broken pipe", re.I)),
-    ("died", False, ("Segmentation", "SIG", "Signal 9", "xitcode", "Killed", "core dumped", "Fatal Python"),
+    # a process that dies: a signal, the OOM killer, or a CUDA error that leaves its context unusable
+    # (an illegal memory access or a failed launch is sticky: the process must exit)
+    ("died", False, ("Segmentation", "SIG", "Signal 9", "xitcode", "Killed", "core dumped", "Fatal Python",
+                     "illegal memory access", "unspecified launch failure"),
      re.compile(r"Segmentation fault|SIGSEGV|SIGKILL|SIGBUS|Signal 9\b|exitcode\s*:\s*-9\b|\bKilled\b|core dumped|"
-                r"Fatal Python error")),
+                r"Fatal Python error|CUDA error: an illegal memory access|unspecified launch failure")),
     # NCCL found no interface to use (NCCL_SOCKET_IFNAME matching none, or none with an address)
     ("interface", False, ("AF_INET", "socket interface", "listening interface", "Address family"),
      re.compile(r"neither AF_INET|no socket interface found|No usable listening interface|"
@@ -122,10 +126,11 @@ _KINDS = (
     ("unsupported", False, ("maxSharedMem", "kernel image"),
      re.compile(r"exceeds device/fn maxSharedMem|no kernel image is available")),
     ("bootstrap", True, ("ootstrap", "OOTSTRAP", "onnect", "efused", "imed out", "route to host", "socket interface",
+                         "PollConnect",
                          "listening interface"),
      re.compile(r"bootstrap|Call to connect|Connection timed out|Connection refused|No route to host|"
-                r"no socket interface found|No usable listening interface|socketStartConnect|Connect to .* failed",
-                re.I)),
+                r"no socket interface found|No usable listening interface|socketStartConnect|socketPollConnect|"
+                r"Connect to .* failed", re.I)),
 )
 _RETRYING = re.compile(r"-> \d+|retrying", re.I)
 # The interfaces NCCL lists: "NET/Socket : Using [0]eth0:10.0.0.1<0> [1]docker0:...", "Bootstrap : Using eth0:..."
@@ -148,7 +153,7 @@ _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
     b"Avg bus bandwidth", b"maxSharedMem", b"AF_INET", b"ncclUniqueId", b"Address family", b"P2P is not",
     b"Cuda failure", b"bootstrap", b"launched up to", b"managed by process", b"missing rank", b"considered dead",
     b"xitcode", b"status=12", b"dev/shm", b"loopback", b"127.0.0.1", b"peer access", b"collective #",
-    b"lagging ranks")))
+    b"lagging ranks", b"illegal memory access", b"launch failure", b"mismatch between")))
 # The INFO lines NCCL prints by the thousand while setting up (channels, rings, trees, connections):
 # none of them bears on a diagnosis, and telling them apart first spares the longer pattern.
 _ROUTINE = re.compile(rb"NCCL INFO (?:Channel \d+(?:/\d+)? : \d|Connected all|Trees |Ring \d|threadThresholds|"
@@ -337,13 +342,12 @@ class _Collector:
             return
         if ("collective #" in text or "lagging ranks" in text) and self._desync(name, number, text, rank):
             return
-        if "CollectiveFingerPrint" in text:
+        if "CollectiveFingerPrint" in text or "Detected mismatch between collectives" in text:
             prints = _FINGERPRINT.findall(text)
             for who, seq, op in prints:
                 self.fingerprints.setdefault(int(who), (op, int(seq) if seq else None))
-            if prints:
-                self.keep(Event("fingerprint", name, number, text, rank))
-                return
+            self.keep(Event("fingerprint", name, number, text, rank))
+            return
         if "Out of bounds" in text:
             oob = _OUT_OF_BOUNDS.search(text)
             if oob:
