@@ -570,8 +570,7 @@ def _diverging_calls(ev: Evidence) -> Diagnosis | None:
     collectives or passed different counts or types (the sizes must agree, or the kernels never match)."""
     by_size: dict[tuple, list] = {}
     for call in ev.last_calls:
-        nranks = re.search(r"\[nranks=(\d+)\]", call.text)
-        by_size.setdefault((nranks.group(1) if nranks else None, call.get("opcount")), []).append(call)
+        by_size.setdefault((call.get("nranks"), call.get("opcount")), []).append(call)
     for (_, opcount), calls in sorted(by_size.items(), key=lambda kv: str(kv[0])):
         if len(calls) < 2:
             continue
@@ -654,8 +653,7 @@ def _calls_behind(ev: Evidence) -> Diagnosis | None:
     the rest's (a lower opCount): they never issued the calls the others are in."""
     by_size: dict = {}
     for call in ev.last_calls:
-        nranks = re.search(r"\[nranks=(\d+)\]", call.text)
-        by_size.setdefault(nranks.group(1) if nranks else None, []).append(call)
+        by_size.setdefault(call.get("nranks"), []).append(call)
     for calls in by_size.values():
         top = max(c.get("opcount") for c in calls)
         behind = [c for c in calls if c.get("opcount") < top]

@@ -21,7 +21,7 @@ from typing import Iterable, Iterator
 
 from ..errors import UsageError
 from ..files import open_input
-from ..formats.logs import parse_line
+from ..formats.logs import parse_call, parse_line
 from .evidence import Event, Evidence
 from .flight_recorder import rank_in_name, read_flight_recorder
 
@@ -63,14 +63,14 @@ _RAS_MISSING = re.compile(r"The missing ranks?: ([\d, ]+)")
 # (2.2+ words it "is running inconsistent collective")
 _FINGERPRINT = re.compile(r"Rank (\d+) is running (?:inconsistent )?collective: CollectiveFingerPrint\("
                           r"(?:SequenceNumber=(\d+), )?OpType=(\w+)")
-# The bootstrap's interface: "Bootstrap : Using eth0:10.0.0.1<0>" ("[0]eth0" before 2.8), or NET/IB's
-# "; OOB ibp75s0:..."
 # PyTorch's desync report (TORCH_NCCL_DESYNC_DEBUG=1; TraceUtils.h retrieveDesyncReport): "[47] joined but
 # didn't finish collective #41207", "[0, 1, ...] finished collective #41207, but didn't join collective #41208",
 # "ranks [47] are the lagging ranks that caused this timeout. They never joined any collectives".
 _DESYNC_JOINED = re.compile(r"\[([\d, ]+)\] joined but didn't finish collective #(\d+)")
 _DESYNC_FINISHED = re.compile(r"\[([\d, ]+)\] finished collective #(\d+), but didn't join collective #(\d+)")
 _DESYNC_NEVER = re.compile(r"ranks \[([\d, ]+)\] are the lagging ranks that caused this timeout")
+# The bootstrap's interface: "Bootstrap : Using eth0:10.0.0.1<0>" ("[0]eth0" before 2.8), or NET/IB's
+# "; OOB ibp75s0:..."
 _BOOTSTRAP_IFACE = re.compile(r"(?:Bootstrap ?: Using (?:\[\d+\])?|; OOB )([^\s:\[\]]+):([0-9a-fA-F.:%\w]*?)<")
 # nccl-tests' device list: "#  Rank  0 Group  0 Pid  1234 on host device  0 [0x01] NVIDIA A100"
 _TEST_DEVICE = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
@@ -158,12 +158,8 @@ _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
 # none of them bears on a diagnosis, and telling them apart first spares the longer pattern.
 _ROUTINE = re.compile(rb"NCCL INFO (?:Channel \d+(?:/\d+)? : \d|Connected all|Trees |Ring \d|threadThresholds|"
                       rb"\d+ coll channels|P2P Chunksize|NVLS comm)")
-_OPCOUNT = re.compile(rb": opCount ([0-9a-f]+) sendbuff \S+ recvbuff \S+ count (\d+) datatype (\d+) op \d+ "
-                      rb"root (-?\d+) comm (0x[0-9a-f]+)")
-_CALL_HEAD = re.compile(rb"([^\s:\[\]]+):(\d+):\d+ \[(\d+)\] NCCL INFO (\w+)$")
 # CUDA's p2pBandwidthLatencyTest: a matrix of GPU-to-GPU latencies in us, after this header
 _P2P_LATENCY = b"P2P=Enabled Latency"
-_RANK_TAG_BYTES = re.compile(rb"\[rank(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:")
 
 
 def _lines(stream, on_block) -> Iterator[tuple[int, str | None]]:
@@ -469,25 +465,21 @@ class _Collector:
                     last[(line[:at], line[comm:].split(b" ", 1)[0].rstrip())] = (index, line)
             elif _ROUTINE.search(line) is None and _INTERESTING.search(line):
                 yield base + index + 1, line[:_MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
-        newest: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> (line index, line, head, call)
-        for (head_text, comm), (index, line) in last.items():
-            head = _CALL_HEAD.search(head_text)
-            hit = _OPCOUNT.match(line, len(head_text)) if head else None
-            if hit is None:
+        newest: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> (line index, text, NCCL's line, call)
+        for index, line in last.values():  # each process's (and device's) newest: the heads may differ in tid
+            text = line[:_MAX_LINE].decode("utf-8", errors="replace").strip()
+            nccl = parse_line(text)
+            call = parse_call(nccl.text) if nccl else None
+            if call is None:
                 continue
-            host, pid, dev, _ = head.groups()
-            key = (host.decode(errors="replace"), int(pid), int(dev), comm.decode())
+            key = (nccl.who.host, nccl.who.pid, nccl.who.dev, call["comm"])
             if key not in newest or newest[key][0] < index:
-                newest[key] = (index, line, head, hit)
-        for key, (index, line, head, hit) in newest.items():
-            line = line[:_MAX_LINE]
-            tag = _RANK_TAG_BYTES.search(line, 0, head.start())
-            rank = int(next(g for g in tag.groups() if g is not None)) if tag else None
-            fields = (("op", head.group(4).decode()), ("opcount", int(hit.group(1), 16)), ("count", int(hit.group(2))),
-                      ("datatype", int(hit.group(3))), ("root", int(hit.group(4))), ("comm", key[3]),
-                      ("source", f"{key[0]}:{key[1]} [{key[2]}]"))
-            self.calls[key] = (name, base + index + 1, line.decode("utf-8", errors="replace").strip()[:1000], rank,
-                               fields)
+                newest[key] = (index, text, nccl, call)
+        for key, (index, text, nccl, call) in newest.items():
+            fields = (("op", call["func"]), ("opcount", call["op_count"]), ("count", call["count"]),
+                      ("datatype", call["datatype"]), ("root", call["root"]), ("comm", call["comm"]),
+                      ("nranks", call["nranks"]), ("source", f"{key[0]}:{key[1]} [{key[2]}]"))
+            self.calls[key] = (name, base + index + 1, text[:1000], _rank_of(text), fields)
         if _P2P_LATENCY in buf:
             self._p2p_matrices(name, buf, base)
 

@@ -22,7 +22,7 @@ from typing import IO, Iterable
 from ..constants.rules import rules_for_minor
 
 __all__ = ["LEVELS", "SUBSYSTEMS", "DEFAULT_SUBSYS", "DebugConfig", "Identity", "LogLine", "LogSink", "JobLog", "default_subsys",
-           "debug_config", "format_line", "parse_line", "read_job_log", "expand_debug_file", "line_kind"]
+           "debug_config", "format_line", "parse_line", "parse_call", "read_job_log", "expand_debug_file", "line_kind"]
 
 # debug.cc ncclDebugInit: the levels NCCL_DEBUG names, in NCCL's order (NCCL_LOG_NONE is 0).
 LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
@@ -284,6 +284,17 @@ _CALL = re.compile(r"^([A-Za-z]+): opCount ([0-9a-f]+) sendbuff \S+ recvbuff \S+
                    r"op (\d+) root (-?\d+) comm (0x[0-9a-f]+) \[nranks=(\d+)\]")
 
 
+def parse_call(text: str) -> dict | None:
+    """The call an INFO line's text records (NCCL_DEBUG_SUBSYS=COLL, enqueue.cc: "AllReduce: opCount 3f
+    sendbuff ... count N datatype D op O root R comm 0x.. [nranks=N]"), else None."""
+    call = _CALL.match(text)
+    if call is None:
+        return None
+    name, op_count, count, dtype, op, root, comm, nranks = call.groups()
+    return {"func": name, "op_count": int(op_count, 16), "count": int(count), "datatype": int(dtype), "op": int(op),
+            "root": int(root), "comm": comm, "nranks": int(nranks)}
+
+
 @dataclass
 class JobLog:
     """What a log says about a job, per rank: communicator shape, rings (rank 0 prints them), tree
@@ -343,9 +354,6 @@ def _absorb(out: JobLog, rank: int, line: LogLine) -> None:
     if setting:
         out.settings.setdefault(rank, {})[setting.group(1)] = setting.group(2)
         return
-    call = _CALL.match(line.text)
+    call = parse_call(line.text)
     if call:
-        name, op_count, count, dtype, op, root, comm, nranks = call.groups()
-        out.calls.setdefault(rank, []).append({
-            "func": name, "op_count": int(op_count, 16), "count": int(count), "datatype": int(dtype),
-            "op": int(op), "root": int(root), "comm": comm, "nranks": int(nranks)})
+        out.calls.setdefault(rank, []).append(call)
