@@ -312,8 +312,14 @@ def test_trace_buffer_size_and_dump_on_timeout_shape_the_flight_recorder(tmp_pat
 
 
 def test_desync_debug_adds_its_report(tmp_path):
-    _, logs = _replayed(tmp_path, desync_debug=True)
-    assert re.search(r"Desync debugging is on .* SeqNum \d+", logs)
+    done, logs = _replayed(tmp_path, desync_debug=True)
+    # TraceUtils.h retrieveDesyncReport: the straggler (rank 3) finished the call before and never joined this one
+    assert re.search(r"Timeout at collective: ALLREDUCE, #(\d+)", logs)
+    seq = int(re.search(r"Timeout at collective: ALLREDUCE, #(\d+)", logs).group(1))
+    assert f"[3] finished collective #{seq - 1}, but didn't join collective #{seq} (count from 1)" in logs
+    assert done.diagnosis.culprit_ranks == (3,) and "desync report" in done.diagnosis.why
+    _, plain = _replayed(tmp_path / "plain")
+    assert "Timeout at collective" not in plain
 
 
 def test_replay_takes_torch_knobs_from_the_command_line(tmp_path):

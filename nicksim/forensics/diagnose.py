@@ -23,6 +23,11 @@ def _collective(event: Event) -> dict:
             "timeout_ms": event.get("timeout_ms")}
 
 
+def _first_collective(ev: Evidence) -> dict | None:
+    """The collective of the first timeout read, where there is one."""
+    return _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None
+
+
 def ranks_text(ranks) -> str:
     ranks = sorted(ranks)
     return ", ".join(str(r) for r in ranks[:16]) + (f" and {len(ranks) - 16} more" if len(ranks) > 16 else "")
@@ -209,8 +214,7 @@ def _stuck_peer(ev: Evidence) -> Diagnosis | None:
         world = world or (call[1] // call[2] if call[1] % call[2] == 0 else None)
     missing = sorted(set(range(world)) - set(ev.timeouts)) if world and len(ev.timeouts) < world else []
     silent = _no_dump(ev, pg)
-    if silent:
-        missing = silent
+    missing = silent or missing
     first = ev.timeouts[min(ranks)]
     seen = f"{len(ev.timeouts)} rank(s) ({ranks_text(ev.timeouts)})"
     why = (f"every rank that reported ({seen}) times out in the same {call[0]} (SeqNum {seq}, NumelIn {call[1]}): "
@@ -231,7 +235,7 @@ def _from_lines(ev: Evidence, kind: str, category: str, why: str, steps: tuple[s
     if not events:
         return None
     ranks = tuple(sorted({e.rank for e in events if e.rank is not None}))
-    collective = _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None
+    collective = _first_collective(ev)
     return Diagnosis(category, why.format(n=ev.counts.get(kind, 0), first=events[0].text[:200]), ranks, collective,
                      tuple(events[:8]), confidence, steps)
 
@@ -288,7 +292,7 @@ def _config_mismatch(ev: Evidence) -> Diagnosis | None:
         parts.append("NCCL versions " + ", ".join(sorted(versions)))
     evidence = tuple(e for e in ev.of("setting") if any(e.get(name) for name in differing))[:8]
     return Diagnosis("config-mismatch", "the ranks run with different settings: " + " | ".join(parts),
-                     tuple(sorted(culprits)), _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None,
+                     tuple(sorted(culprits)), _first_collective(ev),
                      evidence, "medium" if culprits else "low",
                      ("set the same NCCL_* variables and the same NCCL on every rank (the launcher's -x / --export)",
                       "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV: what each rank read"))
@@ -406,7 +410,7 @@ def _resource(ev: Evidence) -> Diagnosis | None:
     culprits = tuple(sorted({e.rank for e in events if e.rank is not None}))
     return Diagnosis("resource-exhaustion", f"{ev.counts.get('resource', 0)} line(s) say a rank ran out of a resource "
                      f"NCCL needs: {events[0].text[:200]}", culprits,
-                     _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None,
+                     _first_collective(ev),
                      tuple(events[:6]) + tuple(ev.of("peer_lost")[:2]), "high", tuple(steps))
 
 
@@ -521,7 +525,7 @@ def _peer_lost(ev: Evidence) -> Diagnosis | None:
         then = "; the others then saw their connections to it close" if lost else ""
         return Diagnosis("stuck-peer", f"a process died ({died[0].text[:200]}){then}: the rank that died is the "
                          "cause, the ones that report closed connections only saw it go", culprits,
-                         _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None,
+                         _first_collective(ev),
                          tuple(died[:4]) + tuple(lost[:4]), "high" if culprits else "medium",
                          ("the culprit's own log and exit code: a Python exception, the kernel's OOM killer "
                           "(dmesg | grep -i -e oom -e killed), a segfault (core dump)",
@@ -541,14 +545,14 @@ def _peer_lost(ev: Evidence) -> Diagnosis | None:
                          "end of stream, not a reset or a timeout, is what a host sends when the process at that "
                          f"end exits, so the process on {peer.group(1) if peer else 'the peer'} stopped (killed, "
                          "crashed or exited) and the ranks that report it only saw it go", (),
-                         _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None, tuple(lost[:6]),
+                         _first_collective(ev), tuple(lost[:6]),
                          "medium", ("the log of the process on the host named, and its exit: dmesg | grep -i -e oom "
                                     "-e killed, the scheduler's record (OOM killer, preemption, a node drain)",
                                     "torchrun's error summary names the first rank that failed (its 'root cause')")
                          + _STUCK_STEPS[1:2])
     return Diagnosis("fabric", f"connections were closed or reset under the ranks ({lost[0].text[:200]}) and no "
                      "rank's log shows its process dying: the network dropped them, or a peer died without a word",
-                     (), _collective(next(iter(ev.timeouts.values()))) if ev.timeouts else None, tuple(lost[:6]),
+                     (), _first_collective(ev), tuple(lost[:6]),
                      "low", ("collect every rank's log: a rank that died (exception, OOM killer, signal) is the "
                              "cause if there is one",
                              "ibstat / ibv_devinfo and the switch's port counters on the hosts named: links down or "
