@@ -141,6 +141,8 @@ _NETWORK = re.compile(r"Using network (\S+)|NET/(IB|Socket) ?: Using \[")
 
 
 _BLOCK = 1 << 20
+# COLL lines kept unparsed (one per head as written: a process's, unless a launcher stamps each line)
+_RAW_CALLS_KEPT = 8192
 # Lines worth a closer look, found in whole blocks at once: the rest of a 200 MB NCCL_DEBUG=INFO
 # log (channel and ring lines by the million) is never decoded.
 _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
@@ -297,6 +299,8 @@ class _Collector:
         self.ras_missing: set[int] = set()
         self.fingerprints: dict[int, tuple[str, int | None]] = {}  # rank -> (OpType, SequenceNumber)
         self.calls: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> its last COLL line (scan_block)
+        self.raw_calls: dict[tuple, tuple] = {}  # (head as written, comm) -> its newest line, not parsed yet
+        self.blocks = 0
         self.section = 0  # markdown code blocks: excerpts of separate incidents
         self.timed_section: int | None = None
 
@@ -456,30 +460,19 @@ class _Collector:
         _INTERESTING finds, decoded, bytes that are not UTF-8 replaced), and, kept here, what is said
         in lines too many to decode one by one: NCCL's COLL lines (each process's and device's last
         call per communicator) and CUDA's p2pBandwidthLatencyTest matrices."""
-        last = {}  # (the line's head as written, comm) -> (its last call's line index, the line)
+        self.blocks += 1
+        raw = self.raw_calls
         for index, line in enumerate(buf.split(b"\n")):
             if b": opCount " in line:
                 at = line.find(b": opCount ")
                 comm = line.find(b" comm 0x", at) + 6
                 if comm > 6:
-                    last[(line[:at], line[comm:].split(b" ", 1)[0].rstrip())] = (index, line)
+                    raw[(line[:at], line[comm:].split(b" ", 1)[0].rstrip())] = (self.blocks, index, name,
+                                                                                base + index + 1, line)
             elif _ROUTINE.search(line) is None and _INTERESTING.search(line):
                 yield base + index + 1, line[:_MAX_LINE].decode("utf-8", errors="replace").rstrip("\r")
-        newest: dict[tuple, tuple] = {}  # (host, pid, dev, comm) -> (line index, text, NCCL's line, call)
-        for index, line in last.values():  # each process's (and device's) newest: the heads may differ in tid
-            text = line[:_MAX_LINE].decode("utf-8", errors="replace").strip()
-            nccl = parse_line(text)
-            call = parse_call(nccl.text) if nccl else None
-            if call is None:
-                continue
-            key = (nccl.who.host, nccl.who.pid, nccl.who.dev, call["comm"])
-            if key not in newest or newest[key][0] < index:
-                newest[key] = (index, text, nccl, call)
-        for key, (index, text, nccl, call) in newest.items():
-            fields = (("op", call["func"]), ("opcount", call["op_count"]), ("count", call["count"]),
-                      ("datatype", call["datatype"]), ("root", call["root"]), ("comm", call["comm"]),
-                      ("nranks", call["nranks"]), ("source", f"{key[0]}:{key[1]} [{key[2]}]"))
-            self.calls[key] = (name, base + index + 1, text[:1000], _rank_of(text), fields)
+        if len(raw) > _RAW_CALLS_KEPT:
+            self._settle_calls()
         if _P2P_LATENCY in buf:
             self._p2p_matrices(name, buf, base)
 
@@ -508,10 +501,29 @@ class _Collector:
             self.keep(Event("p2p_latency", name, number, f"p2pBandwidthLatencyTest: {rows} GPUs, the slowest pair "
                             f"{worst:g} us", None, (("worst_us", worst), ("gpus", rows))))
 
+    def _settle_calls(self) -> None:
+        """Parse the newest COLL line of each head as written (kept raw, so each is parsed once, not
+        once a block) into each process's (and device's) last call per communicator."""
+        for when, index, name, number, line in self.raw_calls.values():
+            text = line[:_MAX_LINE].decode("utf-8", errors="replace").strip()
+            nccl = parse_line(text)
+            call = parse_call(nccl.text) if nccl else None
+            if call is None:
+                continue
+            key = (nccl.who.host, nccl.who.pid, nccl.who.dev, call["comm"])
+            if key in self.calls and self.calls[key][0] > (when, index):
+                continue  # the heads of one process differ (its thread, the call's name): the newest wins
+            fields = (("op", call["func"]), ("opcount", call["op_count"]), ("count", call["count"]),
+                      ("datatype", call["datatype"]), ("root", call["root"]), ("comm", call["comm"]),
+                      ("nranks", call["nranks"]), ("source", f"{key[0]}:{key[1]} [{key[2]}]"))
+            self.calls[key] = ((when, index), name, number, text[:1000], _rank_of(text), fields)
+        self.raw_calls.clear()
+
     def _last_calls(self) -> tuple[Event, ...]:
         """Each process's last call per communicator, with its rank where the logs tie the process to one."""
         out = []
-        for (host, pid, dev, _), (name, number, text, rank, fields) in sorted(self.calls.items()):
+        self._settle_calls()
+        for (host, pid, dev, _), (_, name, number, text, rank, fields) in sorted(self.calls.items()):
             if rank is None:
                 rank = self.pid_rank.get((host, pid, dev), self.pid_rank.get((host, pid)))
             out.append(Event("call", name, number, text, rank, fields))
