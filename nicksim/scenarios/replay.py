@@ -138,7 +138,7 @@ class _Writer:
         elif failed == "shm":
             self._shm_failure(version)
         elif failed == "transport":
-            self._transport_failure(version)
+            self._transport_failure()
         elif failed == "duplicate-gpu":
             self._duplicate_gpu(version)
         elif failed and self.rank != 0:
@@ -163,16 +163,19 @@ class _Writer:
 
     def _shm_failure(self, version: str) -> None:
         """shmutils.cc (2.12+): the SHM transport's segment does not fit the container's /dev/shm. The
-        size is the one real reports print for NCCL's default buffers (tests/hang_corpus: nccl-342)."""
+        words, and the size NCCL's default buffers take, are those of a real report (tests/hang_corpus:
+        ci-infra-490, NCCL 2.2x)."""
         segment = f"/dev/shm/nccl-{'aBcDeF'[self.rank % 6]}{self.rank:05d}"
-        self.nccl(f"WARN Error: failed to extend {segment} to 9637892 bytes", self.pid + 3, "misc/shmutils.cc:78 ")
-        self.nccl(f"WARN Error while creating shared memory segment {segment} (size 9637888)", self.pid + 3,
-                  "misc/shmutils.cc:117 ")
+        full = "error: No space left on device (28)"
+        self.nccl(f"WARN Error: failed to extend {segment} to 9637892 bytes, {full}", self.pid + 3,
+                  "misc/shmutils.cc:88 ")
+        self.nccl(f"WARN Error while creating shared memory segment {segment} (size 9637888), {full}",
+                  self.pid + 3, "misc/shmutils.cc:132 ")
         self.nccl("INFO transport/shm.cc:114 -> 2", self.pid + 3)
         self.nccl("INFO transport.cc:165 -> 2", self.pid + 3)
         self._system_error(version, f"Error while creating shared memory segment {segment} (size 9637888)")
 
-    def _transport_failure(self, version: str) -> None:
+    def _transport_failure(self) -> None:
         """One node on IB, the other on sockets (NCCL_IB_DISABLE=1 there): the IB side's handshake
         socket (ncclSocketTypeNetIb = 4, misc/socket.h) reaches a NET/Socket listener (type 3)."""
         ib = self.s.env_of(self.rank).get("NCCL_IB_DISABLE") != "1"
