@@ -362,6 +362,10 @@ def _invalid_usage(ev: Evidence) -> Diagnosis | None:
     return None
 
 
+# misc/socket.h ncclSocketType (2.12+): what each kind of socket says it is when it connects.
+_SOCKET_TYPES = {1: "bootstrap", 2: "proxy", 3: "NET/Socket", 4: "NET/IB", 5: "RAS"}
+
+
 def _transport_mismatch(ev: Evidence) -> Diagnosis | None:
     """A connection whose two ends run different transports: one rank on IB, its peer on sockets."""
     networks = {}
@@ -369,11 +373,15 @@ def _transport_mismatch(ev: Evidence) -> Diagnosis | None:
         networks.setdefault(name, []).append(source)
     if not ev.of("transport") and len(networks) < 2:
         return None
-    why = ("the ranks do not run the same network transport"
-           + (f": {ev.of('transport')[0].text[:200]} (socket.cc: a connection's first message carries its type, "
-              "and the peer's is another)" if ev.of("transport") else "")
-           + ("; " + "; ".join(f"{name} on {', '.join(sorted(srcs)[:4])}" for name, srcs in sorted(networks.items()))
-              if len(networks) > 1 else ""))
+    why = "the ranks do not run the same network transport"
+    wrong = next((m for m in (re.search(r"wrong type (\d+) != (\d+)", e.text) for e in ev.of("transport")) if m),
+                 None)
+    if wrong:  # socket.cc: "wrong type <the peer's> != <this socket's>"; socket.h numbers the types
+        theirs, ours = (_SOCKET_TYPES.get(int(t), f"type {t}") for t in wrong.groups())
+        why += (f": {ev.of('transport')[0].text[:200]}: this side listens for {ours} connections and its peer "
+                f"connected as {theirs}")
+    if len(networks) > 1:
+        why += "; " + "; ".join(f"{name} on {', '.join(sorted(srcs)[:4])}" for name, srcs in sorted(networks.items()))
     return Diagnosis("transport-mismatch", why, tuple(sorted({e.rank for e in ev.of("transport")
                                                                if e.rank is not None})), None,
                      tuple(ev.of("transport")[:6]), "high",
