@@ -429,6 +429,8 @@ _P2P_STEPS = (
     "switches (setpci, or the BIOS) and boot with iommu=pt or intel_iommu=off / amd_iommu=off",
     "NCCL_P2P_DISABLE=1 confirms it (the hang goes away, slower, through shared memory); on virtual machines "
     "NCCL_P2P_LEVEL=SYS or the hypervisor's P2P setting",
+    "for a NIC's RDMA into GPU memory (IB completion error 4), NCCL_NET_GDR_LEVEL=LOC confirms it (GPUDirect "
+    "RDMA off, through host memory)",
     "nvidia-smi topo -p2p r: what the driver reports for each pair",
 )
 # CUDA's p2pBandwidthLatencyTest prints GPU-to-GPU latencies of 1-30 us over PCIe and NVLink; a pair
@@ -440,7 +442,10 @@ def _p2p_latency(ev: Evidence) -> Diagnosis | None:
     """CUDA refused peer access between GPUs, or p2pBandwidthLatencyTest measured milliseconds between them."""
     refused = ev.of("p2p")
     if refused:
-        return Diagnosis("p2p-blocked", f"CUDA has no peer-to-peer path between the GPUs: {refused[0].text[:200]}",
+        what = ("a NIC's RDMA into GPU memory fails with a local protection error (IB completion error 4): PCIe "
+                "ACS or an IOMMU blocks GPUDirect RDMA" if "completion" in refused[0].text else
+                "CUDA has no peer-to-peer path between the GPUs")
+        return Diagnosis("p2p-blocked", f"{what}: {refused[0].text[:200]}",
                          tuple(sorted({e.rank for e in refused if e.rank is not None})), None, tuple(refused[:4]),
                          "high", _P2P_STEPS)
     broken = [e for e in ev.of("p2p_latency") if e.get("worst_us", 0) >= _P2P_BROKEN_US]

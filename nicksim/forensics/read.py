@@ -80,8 +80,12 @@ _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 # has the plain words one of its patterns needs (checked first: most lines have none) and whether it
 # counts only on a warning (or an error's "-> N" trace).
 _KINDS = (
-    ("usage", False, ("Duplicate GPU", "nvalidUsage", "nvalid usage", "nvalidArgument"),
-     re.compile(r"Duplicate GPU detected|ncclInvalidUsage|invalid usage|ncclInvalidArgument", re.I)),
+    # NCCL refusing a call: its argument checks (enqueue.cc: "invalid root 0 (root should be in the 0..0
+    # range)", invalid type or op), a communicator used after ncclCommDestroy, two ranks on one GPU
+    ("usage", False, ("Duplicate GPU", "nvalidUsage", "nvalid usage", "nvalidArgument", "invalid root",
+                      "invalid type", "invalid redop", "already been destroyed"),
+     re.compile(r"Duplicate GPU detected|ncclInvalidUsage|invalid usage|ncclInvalidArgument|invalid root -?\d+|"
+                r"invalid (?:type|redop) -?\d+|has already been destroyed", re.I)),
     # socket.cc: a connection's first message carries its type; another type means the peer runs
     # another transport over it (one node on IB, the other on sockets)
     ("transport", False, ("wrong type",), re.compile(r"wrong type \d+ != \d+")),
@@ -93,10 +97,16 @@ _KINDS = (
      re.compile(r"out of memory|cudaErrorMemoryAllocation|No space left on device|Cannot allocate memory|"
                 r"Too many open files|shared memory segment|posix_fallocate|/dev/shm|insufficient shared memory|"
                 r"\bBus error\b|RLIMIT_MEMLOCK|ibv_reg_mr\w* failed", re.I)),
-    ("fabric", False, ("status=12", "error 12", "etry", "RETRY", "ibv_poll_cq", "atastrophic", "IBV_EVENT", "NET/IB",
-                       "NVLink", "Xid", "DOWN"),
+    # no peer-to-peer path over PCIe: CUDA refusing peer access between GPUs, or a NIC's RDMA into GPU
+    # memory failing with a local protection error (IB completion error 4: ACS redirecting GPUDirect
+    # RDMA, or an IOMMU dropping it)
+    ("p2p", False, ("peer access", "PeerAccess", "P2P is not", "error 4", "status=4"),
+     re.compile(r"peer access is not supported|cudaErrorPeerAccessUnsupported|P2P is not supported between|"
+                r"completion (?:from peer \S+ )?with (?:error|status=?) ?4\b", re.I)),
+    ("fabric", False, ("status=12", "error 12", "etry", "RETRY", "ibv_poll_cq", "ibv_modify_qp", "atastrophic",
+                       "IBV_EVENT", "NET/IB", "NVLink", "Xid", "DOWN"),
      re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport retry counter|ibv_poll_cq|local catastrophic|"
-                r"IBV_EVENT_\w*(?:ERR|FATAL)|NET/IB.*(?:error|Error)|NVLink.*(?:error|down)|Xid.{0,20}\b(?:74|79)\b|"
+                r"ibv_modify_qp failed|IBV_EVENT_\w*(?:ERR|FATAL)|NET/IB.*(?:error|Error)|NVLink.*(?:error|down)|Xid.{0,20}\b(?:74|79)\b|"
                 r"port.*DOWN", re.I)),
     # what a rank sees when its peer's process is gone (or, more rarely, the network dropped it)
     ("peer_lost", False, ("remote process", "losed by", "eset by peer", "RemoteError", "Broken pipe"),
@@ -114,9 +124,6 @@ _KINDS = (
                 r"Socket creation failed : Address family not supported", re.I)),
     # the host name resolved to loopback, so the others are told to connect to 127.0.0.1 (Gloo says so; NCCL too)
     ("loopback", False, ("loopback", "127.0.0.1"), re.compile(r"loopback address as fallback|remote=\[127\.0\.0\.1\]")),
-    # CUDA refuses peer access between the two GPUs (no P2P path: ACS, IOMMU, consumer boards, VMs)
-    ("p2p", False, ("peer access", "PeerAccess", "P2P is not"),
-     re.compile(r"peer access is not supported|cudaErrorPeerAccessUnsupported|P2P is not supported between", re.I)),
     # a rank waited for the one that creates the communicator to publish its id (c10d's store timed out)
     ("uid_wait", False, ("ncclUniqueId",),
      re.compile(r"retrieving ncclUniqueId from \[(\d+)\].*(?:Timeout|timed out)")),
@@ -155,7 +162,8 @@ _INTERESTING = re.compile(b"|".join(re.escape(word) for word in (
     b"Avg bus bandwidth", b"maxSharedMem", b"AF_INET", b"ncclUniqueId", b"Address family", b"P2P is not",
     b"Cuda failure", b"bootstrap", b"launched up to", b"managed by process", b"missing rank", b"considered dead",
     b"xitcode", b"status=12", b"dev/shm", b"loopback", b"127.0.0.1", b"peer access", b"collective #",
-    b"lagging ranks", b"illegal memory access", b"launch failure", b"mismatch between")))
+    b"lagging ranks", b"illegal memory access", b"launch failure", b"mismatch between", b"invalid root",
+    b"already been destroyed", b"ibv_modify_qp")))
 # The INFO lines NCCL prints by the thousand while setting up (channels, rings, trees, connections):
 # none of them bears on a diagnosis, and telling them apart first spares the longer pattern.
 _ROUTINE = re.compile(rb"NCCL INFO (?:Channel \d+(?:/\d+)? : \d|Connected all|Trees |Ring \d|threadThresholds|"
