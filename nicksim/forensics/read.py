@@ -106,7 +106,8 @@ _KINDS = (
     ("fabric", False, ("status=12", "error 12", "etry", "RETRY", "ibv_poll_cq", "ibv_modify_qp", "atastrophic",
                        "IBV_EVENT", "NET/IB", "NVLink", "Xid", "DOWN"),
      re.compile(r"status=12|error 12\b|retry exceeded|RETRY_EXC|transport retry counter|ibv_poll_cq|local catastrophic|"
-                r"ibv_modify_qp failed|IBV_EVENT_\w*(?:ERR|FATAL)|NET/IB.*(?:error|Error)|NVLink.*(?:error|down)|Xid.{0,20}\b(?:74|79)\b|"
+                r"ibv_modify_qp failed|IBV_EVENT_\w*(?:ERR|FATAL)|NET/IB.*(?:error|Error)|NVLink.*(?:error|down)|"
+                r"Xid.{0,20}\b(?:74|79)\b|"
                 r"port.*DOWN", re.I)),
     # what a rank sees when its peer's process is gone (or, more rarely, the network dropped it)
     ("peer_lost", False, ("remote process", "losed by", "eset by peer", "RemoteError", "Broken pipe"),

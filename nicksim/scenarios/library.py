@@ -31,8 +31,9 @@ class Op:
 class Scenario:
     """A hang to replay. Every rank calls `calls` in order, except the ranks `instead` gives their
     own; `before` calls completed on every rank first (they set the SeqNums). `unlaunched` ranks
-    enqueue their calls but never launch them; `init_failure` ("bootstrap") means the
-    communicator never comes up. `env` is per rank; `faults` and `stragglers` are the DES's
+    enqueue their calls but never launch them; `init_failure` means the communicator never comes
+    up, and says why ("bootstrap", "nvls-mig", "shm", "transport", "duplicate-gpu": what replay.py
+    prints for each). `env` is per rank; `faults` and `stragglers` are the DES's
     --fault and --straggler texts. `expect` is the category a diagnosis must give, `culprits` the
     ranks it must name."""
 
