@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import pickle
 
+import pytest
+
 from nicksim.forensics import diagnose, read_evidence
 from nicksim.scenarios.replay import flight_recorder_json
 
@@ -231,3 +233,28 @@ def test_pytorchs_desync_report_names_the_ranks_out_of_step(tmp_path):
         "[rank0]:\t   - [0, 1, 2, 3] joined but didn't finish collective #39 (count from 1)"]
     found = diagnose(read_evidence(write(tmp_path, everyone, "all.log")))
     assert "desync report" not in found.why  # nobody out of step: the report adds nothing
+
+
+# One line of each kind as people paste them, often without NCCL's host:pid:tid prefix: each must
+# reach the reader's kinds (the words that let a line through are the kinds' own, not a second list).
+_PASTED = {
+    "usage": ["ncclInvalidUsage: This usually reflects invalid usage of NCCL library.", "AllReduce : invalid type 9",
+              "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1000"],
+    "transport": ["misc/socket.cc:441 NCCL WARN socketFinalizeAccept: wrong type 4 != 3"],
+    "died": ["Aborted (core dumped)", "Fatal Python error: Segmentation fault",
+             "RuntimeError: CUDA error: an illegal memory access was encountered"],
+    "resource": ["include/shm.h:28 Call to posix_fallocate failed : No space left on device",
+                 "misc/ibvwrap.cc:278 Call to ibv_reg_mr failed with error Cannot allocate memory"],
+    "p2p": ["NET/IB : Got completion from peer 10.0.0.2<4441> with error 4, opcode 1, len 0, vendor err 81"],
+    "fabric": ["transport retry counter exceeded", "local catastrophic error", "with error 12, opcode 1, len 0"],
+    "peer_lost": ["remote process exited or there was a network error", "Call to recv failed : Broken pipe"],
+    "interface": ["Bootstrap : no socket interface found", "NET/Socket : No usable listening interface found"],
+    "unsupported": ["no kernel image is available for execution on the device"],
+    "bootstrap": ["misc/socket.cc:586 NCCL WARN socketPollConnect poll() returned 1, no POLLOUT events"],
+}
+
+
+@pytest.mark.parametrize("kind,line", [(k, line) for k, lines in _PASTED.items() for line in lines])
+def test_every_kind_reads_the_lines_pasted_without_prefix(tmp_path, kind, line):
+    ev = read_evidence(write(tmp_path, [line]))
+    assert ev.of(kind), (kind, ev.events.keys())

@@ -12,13 +12,17 @@ culprit the thread names must be among the diagnosis's.
 """
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from nicksim.forensics import CATEGORIES, diagnose, read_evidence
+
+try:  # Python 3.11+; on 3.10 the project depends on tomli (pyproject.toml)
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover
+    import tomli as tomllib  # type: ignore[no-redef]
 
 CORPUS = REPO / "tests" / "hang_corpus"
 MIN_ACCURACY = 0.90
