@@ -288,10 +288,10 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
                 sends = [links[("send", stream.channel, rank, dst, prim.conn)] for dst in prim.send_to]
                 step_elems = stream.step_elems
                 prim_steps = max(1, -(-prim.nelem // step_elems))
-                steps = min([prim_steps - stream.step, _BATCH_STEPS] + [r.ready_steps() for r in recvs]
-                            + [s.free_steps() for s in sends])
-                if steps <= 0:
-                    local_wait = local_wait or _waits_on_a_peer_directly(recvs, sends)
+                ready, free = [r.ready_steps() for r in recvs], [s.free_steps() for s in sends]
+                steps = min([prim_steps - stream.step, _BATCH_STEPS] + ready + free)
+                if steps <= 0:  # what blocked it, from the same look: a peer may post in between
+                    local_wait = local_wait or _waits_on_a_peer_directly(recvs, ready, sends, free)
                     break
                 start = time.perf_counter()
                 _run_steps(prim, stream.step, steps, step_elems, recvs, sends, bufs, dtype, op, reducing,
@@ -324,10 +324,13 @@ def run_programs(call: Call, programs: tuple[ChannelProgram, ...], rank: int, li
                 alive()
 
 
-def _waits_on_a_peer_directly(recvs: list, sends: list) -> bool:
-    """Whether a blocked primitive waits on a connection no proxy serves (shared memory, CUDA IPC)."""
-    return any(not isinstance(r, ProxiedEnd) and not r.ready_steps() for r in recvs) or \
-        any(not isinstance(s, ProxiedEnd) and not s.free_steps() for s in sends)
+def _waits_on_a_peer_directly(recvs: list, ready: list[int], sends: list, free: list[int]) -> bool:
+    """Whether a blocked primitive waits on a connection no proxy serves (shared memory, CUDA IPC),
+    by the readiness it was found blocked with (`ready`, `free`): read again, a peer that posted
+    in the meantime would hide the wait, and the executor would sleep on a proxy's event that no
+    proxy sets."""
+    return any(not isinstance(r, ProxiedEnd) and not n for r, n in zip(recvs, ready)) or \
+        any(not isinstance(s, ProxiedEnd) and not n for s, n in zip(sends, free))
 
 
 def _run_steps(prim: Prim, step: int, steps: int, step_elems: int, recvs: list[ShmRing], sends: list[ShmRing],
