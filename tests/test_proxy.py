@@ -84,3 +84,29 @@ def test_a_burst_of_posts_plans_one_wake_up_per_thread_not_one_per_post():
         proxy2.post("t", cost, 1, event)
     env2.run()
     assert ends == {2: pytest.approx(1.5), 0: pytest.approx(2.5), 1: pytest.approx(2.5)}
+
+
+@pytest.mark.parametrize("at_us, gap_us, cost_us", [(134297.66508, 0.0003, 0.00046), (1e5 + 0.1, 0.0001, 0.0001),
+                                                    (7e4 + 1 / 3, 0.00023, 0.00046)])
+def test_tiny_posts_late_in_a_run_end_though_the_clock_cannot_step_their_residue(at_us, gap_us, cost_us):
+    # Posts of a fraction of a ns, 100 ms into a run, arriving while others run: the float residue of a post's
+    # remaining work is below what the clock can step at that time. It ends now, not in a wake-up that never
+    # moves the clock (each of these cases woke the thread forever before).
+    env = simpy.Environment()
+    proxy = ProxyThreads(env)
+    ended = []
+
+    def one(k):
+        yield env.timeout(at_us + k * gap_us)
+        done = env.event()
+        proxy.post(0, cost_us, 2, done)
+        yield done
+        ended.append(env.now)
+
+    for k in range(40):
+        env.process(one(k))
+    steps = 0
+    while env._queue and steps < 100_000:  # bounded: a thread that wakes forever fails, not hangs
+        env.step()
+        steps += 1
+    assert len(ended) == 40 and max(ended) < at_us + 40 * gap_us + 80 * cost_us

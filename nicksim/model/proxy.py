@@ -11,6 +11,7 @@ link's rate, and the network is not re-divided for it.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Hashable
 
 import simpy
@@ -110,7 +111,10 @@ class ProxyThreads:
         if wake != state.wake:
             return  # a post came since this wake-up was planned
         self._advance(state)
-        limit = state.work + _TOGETHER * max(1.0, abs(state.work))
+        # Ends closer than the clock can step count as now: a remaining delay below the clock's
+        # resolution at this time would never move it, and the thread would wake again forever.
+        clock_step = 4 * math.ulp(self.env._now) / max(1, state.weight)
+        limit = state.work + max(_TOGETHER * max(1.0, abs(state.work)), clock_step)
         ended = Batches(self.env)
         while state.ends and state.ends[0][0] <= limit:
             _, _, weight, event = heapq.heappop(state.ends)
