@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # what __getattr__ imports on first use (_LAZY), for type che
     from .studies.perf import (ALL_REDOPS, Perf, PerfOptions, all_dtypes, measured_table, parse_size, release_at_least,
                                run_perf)
     from .studies.views import Drawing, Heads, PathMatrix, WaitEdge
+    from .realhw.host import HostDescription, copy_gbps, describe_host
     from .topology.catalog import DEFAULT_SYSTEM, HOST_SYSTEM, LOCAL_SYSTEM
     from .topology.hardware import FABRICS, GPU_MODELS
 
@@ -71,6 +72,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("Perf", "PerfOptions", "compare", "format_comparison", "measured_table", "parse_size", "run_perf",
                      "sweep_sizes", "ALL_REDOPS", "all_dtypes", "release_at_least"), ".studies.perf"),
     **dict.fromkeys(("CATALOG", "DEFAULT_SYSTEM", "HOST_SYSTEM", "LOCAL_SYSTEM"), ".topology.catalog"),
+    **dict.fromkeys(("describe_host", "HostDescription", "copy_gbps"), ".realhw.host"),
     **dict.fromkeys(("FABRICS", "GPU_MODELS"), ".topology.hardware"),
     "format_system": ".topology.system",
     **dict.fromkeys(("TopoXml", "dump_topo_xml"), ".topology.xml"),
@@ -101,6 +103,8 @@ __all__ = [
     "measured_table", "real_trace", "read_calibration",
     # studies
     "Table", "sweep", "read_grid", "rows_csv", "fit_lines", "calibration_text", "validate", "Validation",
+    "calibrate_measured", "calibration_lines", "calibration_file_text", "calibrated_tuner", "describe_host",
+    "HostDescription", "copy_gbps",
     "Progress", "validation_head", "validation_case_line", "validation_tail", "calibrate", "knobs", "knob_lines",
     "alphabeta_lines",
     # hangs
@@ -415,10 +419,89 @@ def run_ranks(collective: str, sizes: Sequence[int], dtype: str, op: str, root: 
 
 # --- studies -----------------------------------------------------------------------------------
 
-def read_calibration(path: str | Path) -> dict[str, float]:
-    """A calibration file's DES parameters (its [set] table)."""
+def read_calibration(path: str | Path, engine: str = "des") -> dict[str, float]:
+    """A calibration file's values for `engine`: the DES's [set] table, or NCCL's time model's
+    [nccl] table ("nccl"); empty where the file has none for it."""
     from .studies.validate import read_calibration as read
-    return read(path)
+    return read(path, engine)
+
+
+def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = None, nodes: int | None = None,
+                       gpu: str | None = None, gpus_per_node: int | None = None, fabric: str | None = None,
+                       nics_per_node: int | None = None, nic_gbps: float | None = None,
+                       oversubscription: float = 1.0, hosts_per_leaf: int = 32, rail_optimized: bool = True,
+                       switch_lat_us: float | None = None, sharp: bool = False, nccl_version: str | None = None,
+                       env: Sequence[str] = (), params: Params | None = None, engines: Sequence[str] = ("nccl", "des"),
+                       holdout: Sequence[str] = (), fixed: Mapping[str, float] | None = None, min_nbytes: int = 0,
+                       max_nbytes: int = 1 << 62, collective: str | None = None,
+                       progress: Callable[[str], None] | None = None):
+    """Both engines (or those named) fitted jointly to measured runs (studies.fit.Calibration).
+
+    `measured`: nccl-tests output as pasted, its JSON, nicksim's own, or validation case files.
+    The system is the SYSTEM options as `load` takes them; the NCCL version, network and node
+    count a log states fill in what is not given, and the settings it says NCCL read apply (`env`
+    wins). `holdout` as `--holdout` spells it (alternate, size=..., collective=..., nodes=...,
+    ranks=...); `fixed` DES values (`--set` names) are kept, not fitted, and written with the fit."""
+    from .calls import collective_name as coll_name
+    from .engines import canonical_engine
+    from .job import JobSpec
+    from .studies.fit import FIT_ENGINES, calibrate as fit, parse_holdout
+    from .studies.measured import jobs_for, read_measured
+    from .studies.perf import parse_size
+    wanted = [canonical_engine(e) for e in engines]
+    for engine in wanted:
+        if engine not in FIT_ENGINES:
+            raise UsageError(f"engine '{engine}' cannot be calibrated", "--engine", ", ".join(FIT_ENGINES))
+    from .model.hwparams import check_override
+    for name, value in (fixed or {}).items():
+        check_override(name, float(value), "--set")
+    if fixed and "des" not in wanted:
+        raise UsageError("--set needs the DES engine", "--set", "--engine des (its values are the DES's)")
+    given_values = dict(system=system, nodes=nodes, gpu=gpu, gpus_per_node=gpus_per_node, fabric=fabric,
+                        nics_per_node=nics_per_node, nic_gbps=nic_gbps, switch_lat_us=switch_lat_us,
+                        nccl_version=nccl_version)
+    given = frozenset(k for k, v in given_values.items() if v is not None)
+    base = JobSpec(system=system, nodes=nodes or 1, nccl_version=nccl_version or DEFAULT_NCCL_VERSION, gpu=gpu,
+                   gpus_per_node=gpus_per_node, fabric=fabric, nics_per_node=nics_per_node, nic_gbps=nic_gbps,
+                   oversubscription=oversubscription, hosts_per_leaf=hosts_per_leaf, rail_optimized=rail_optimized,
+                   switch_lat_us=switch_lat_us, sharp=sharp)
+    hold = parse_holdout(list(holdout), lambda t: parse_size(t, "--holdout"), coll_name)
+    runs = read_measured([str(m) for m in measured], coll_name(collective) if collective else None)
+    jobs = jobs_for(runs, base, given, params if params is not None else settings(), tuple(env))
+    return fit(runs, jobs, tuple(dict.fromkeys(wanted)), hold, dict(fixed or {}), min_nbytes, max_nbytes, progress)
+
+
+def calibration_lines(cal) -> list[str]:
+    """A joint calibration for people: each parameter before and after, each size's error."""
+    from .studies.fit import format_calibration
+    return format_calibration(cal)
+
+
+def calibration_file_text(cal) -> str:
+    """A joint calibration as the file `--calibration` reads ([set], [nccl], the report as comments)."""
+    from .studies.fit import calibration_text as text
+    return text(cal)
+
+
+def calibrated_tuner(cal, progress: Callable[[int, int], None] | None = None) -> tuple[Table, list[str]]:
+    """The fastest algorithm and protocol per collective and size range by the calibrated engine
+    (NCCL's time model where it was fitted, else the DES), for NCCL's example tuner plugin
+    (tuner_csv writes them); and what could not be written, with why."""
+    from .studies.tuner import TUNER_NAMES, tuner_rows
+    fitted = cal.fit_of("nccl") or cal.fit_of("des")
+    answer = engine(fitted.engine, **({"calibration": fitted.values()} if fitted.engine == "nccl"
+                                      else {"overrides": fitted.values()}))
+    rows, skipped, done = [], [], set()
+    for run, job in zip(cal.runs, cal.jobs):
+        key = (run.collective, id(job))  # a table per collective and system measured
+        if key in done:
+            continue
+        done.add(key)
+        if run.collective not in TUNER_NAMES["collective"]:
+            skipped.append(f"{run.collective}: NCCL's tuner plugins choose no algorithm for it")
+            continue
+        rows += tuner_rows(job, run.collective, [n for n, _ in run.points], answer, progress)
+    return Table(tuple(rows)), skipped
 
 
 def rows_csv(rows: Sequence[dict]) -> str:
@@ -512,21 +595,28 @@ def validate(cases: str | Path | None = None, engines: Sequence[str] = ("nccl",)
              calibration: str | Path | Mapping[str, float] | None = None,
              on_case: Callable[[str, Any, int, int], None] | None = None) -> Validation:
     """The validation cases (a folder of case files, one case file; default the project's
-    validation/) answered by each engine ("nccl", "des"), the DES with `calibration`'s parameters;
-    `on_case(engine, result, done, total)` hears of each case as it finishes, engine by engine."""
+    validation/) answered by each engine ("nccl", "des"), each with its values in `calibration` (a
+    calibration file, or a mapping of DES parameters); `on_case(engine, result, done, total)` hears
+    of each case as it finishes, engine by engine."""
     from .engines import canonical_engine
     from .studies.validate import read_calibration, run_case
     found = _cases(cases)
     names = list(dict.fromkeys(canonical_engine(e) for e in engines))
-    values = read_calibration(calibration) if isinstance(calibration, (str, Path)) else calibration
-    if values is not None and "des" not in names:
-        raise UsageError("a calibration sets DES parameters", "--calibration", "with --engine des")
+    if isinstance(calibration, (str, Path)):
+        values = {engine: read_calibration(calibration, engine) for engine in names}
+        if not any(values.values()):
+            raise UsageError(f"the calibration has no values for {' or '.join(names)}", str(calibration),
+                             "--engine des for its [set] table, nccl for its [nccl] table")
+    else:
+        values = {"des": dict(calibration)} if calibration is not None else {}
+        if values and "des" not in names:
+            raise UsageError("a calibration sets DES parameters", "--calibration", "with --engine des")
     results: dict[str, tuple] = {}
     total = len(found) * len(names)
     for engine in names:
         done = []
         for case in found:
-            done.append(run_case(case, engine, values if engine == "des" else None))
+            done.append(run_case(case, engine, values.get(engine) or None))
             if on_case is not None:
                 on_case(engine, done[-1], sum(map(len, results.values())) + len(done), total)
         results[engine] = tuple(done)

@@ -387,7 +387,8 @@ def _perf_arguments(perf) -> None:
                       help=f"a DES parameter for this run ({', '.join(api.des_parameters()['parameters'])}) or the bandwidth of "
                            f"every fabric link of a kind ({', '.join(api.des_parameters()['link_kinds'])}); repeatable")
     perf.add_argument("--calibration", metavar="FILE",
-                      help="DES parameters from a calibration file (nicksim calibrate -o); --set overrides them")
+                      help="a calibration file (nicksim calibrate -o): the DES's parameters ([set]; --set overrides "
+                           "them) or NCCL's time model's constants ([nccl])")
     perf.add_argument("--link-report", action="store_true",
                       help="after the table, the busiest links of the largest size (des): bytes, busy time, rate")
     perf.add_argument("--trace", metavar="FILE",
@@ -446,7 +447,8 @@ def _validate_arguments(va) -> None:
     va.add_argument("--engine", action="append", choices=["nccl", "des", "model"],
                     help="the engine to validate (repeatable; default nccl, NCCL's time model; model is its former name)")
     va.add_argument("--calibration", metavar="FILE",
-                    help="DES parameters to use: a TOML [set] table of --set names (nicksim calibrate -o)")
+                    help="a calibration file (nicksim calibrate -o): each engine takes its own table ([set] the "
+                         "DES, [nccl] NCCL's time model)")
     va.add_argument("-J", "--output-json", metavar="FILE", help="write every case's points and errors as JSON")
     va.add_argument("--plots", metavar="DIR", help="write one PNG per case here: measured and predicted busbw")
     va.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -454,20 +456,41 @@ def _validate_arguments(va) -> None:
 
 
 def _add_calibrate_parser(sub) -> None:
-    sub.add_parser("calibrate", help="fit a DES parameter to measured runs (validation cases), with its error on "
-                                     "sources left out", fill=_calibrate_arguments)
+    sub.add_parser("calibrate", help="fit both engines to measured runs (nccl-tests output, JSON, case files), "
+                                     "with the error on what the fit did not see", fill=_calibrate_arguments)
 
 
 def _calibrate_arguments(ca) -> None:
     fitting = api.fit_parameters()
-    ca.add_argument("cases", nargs="?", metavar="DIR",
-                    help="a folder of case files (*.toml) or one case file (default: the project's validation/)")
-    ca.add_argument("--fit", default="step_lat.scale", choices=list(fitting["names"]), help="the parameter to fit")
-    ca.add_argument("--values", type=_values(), default=fitting["values"], metavar="V,V,...",
-                    help="the candidate values (default: " + ",".join(f"{v:g}" for v in fitting["values"]) + ")")
+    ca.add_argument("measured", nargs="*", metavar="MEASURED",
+                    help="nccl-tests output as pasted (NCCL_DEBUG lines and mpirun tags welcome), its -J JSON, "
+                         "nicksim's own, or validation case files (*.toml, or a folder of them)")
+    _add_system_options(ca, positional=False)
+    ca.set_defaults(nodes=None, nccl_version=None)  # unset: the log's own node count and NCCL version
+    ca.add_argument("--collective", metavar="COLL", help="the collective of tables that do not name theirs "
+                                                         "(nccl-tests before 2.17 prints none)")
+    ca.add_argument("--engine", action="append", choices=["nccl", "des", "model"],
+                    help="the engine to fit (repeatable; default both)")
+    ca.add_argument("--holdout", action="append", default=[], metavar="SPEC",
+                    help="keep out of the fit, and report the error on: alternate (every other size), "
+                         "size=2M,8M, collective=all_gather, nodes=N, ranks=N (repeatable)")
+    ca.add_argument("-b", "--minbytes", type=_size("-b"), default=0, help="fit sizes from this one (e.g. 1M)")
+    ca.add_argument("-e", "--maxbytes", type=_size("-e"), default=1 << 62, help="fit sizes up to this one")
+    ca.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE",
+                    help="a DES value known, not fitted (a link's bandwidth, say); written with the fit")
+    ca.add_argument("--tuner", metavar="FILE",
+                    help="write the calibrated choice per collective and size range as NCCL's example tuner "
+                         "plugin's CSV (NCCL_TUNER_CONFIG_FILE)")
+    ca.add_argument("--fit", choices=list(fitting["names"]),
+                    help="instead: one DES parameter over validation cases, on a grid of values, with each "
+                         "source left out in turn")
+    ca.add_argument("--values", type=_values(), default=None, metavar="V,V,...",
+                    help="--fit's candidate values (default: " + ",".join(f"{v:g}" for v in fitting["values"]) + ")")
     ca.add_argument("-j", "--jobs", type=_int_at_least("-j", 1), default=None,
-                    help="processes running the DES (default: the CPUs, at most 8)")
-    ca.add_argument("-o", "--output", metavar="FILE", help="write the calibration file ([set], for --calibration)")
+                    help="--fit: processes running the DES (default: the CPUs, at most 8)")
+    ca.add_argument("-o", "--output", metavar="FILE",
+                    help="write the calibration file ([set] for the DES, [nccl] for NCCL's time model), "
+                         "for --calibration")
     ca.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     ca.set_defaults(run=_run_calibrate)
 
@@ -625,8 +648,11 @@ def _run_search(args, params) -> int:
 
 def _check_engine_flags(args, engine: str) -> None:
     if engine != "des":
-        for flag, given in (("--set", args.sets), ("--calibration", args.calibration),
-                            ("--link-report", args.link_report), ("--trace", args.trace if engine != "real" else None),
+        if args.calibration and engine != "nccl":
+            raise api.UsageError("--calibration is for the nccl and DES engines", "--calibration",
+                                 "--engine nccl or des")
+        for flag, given in (("--set", args.sets), ("--link-report", args.link_report),
+                            ("--trace", args.trace if engine != "real" else None),
                             ("--fault", args.fault), ("--straggler", args.straggler)):
             if given:
                 raise api.UsageError(f"{flag} needs the DES engine", flag, "--engine des")
@@ -636,20 +662,29 @@ def _check_engine_flags(args, engine: str) -> None:
                 raise api.UsageError(f"{flag} is for the model and DES engines", flag, "--engine model or des")
 
 
+def _key_numbers(items, flag: str) -> dict[str, float]:
+    """--set's KEY=NUMBER items as a dict (the last of a key wins)."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        try:
+            out[key.strip()] = float(text)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise api.UsageError(f"'{item}' is not KEY=NUMBER", flag, ", ".join(api.des_parameters()["names"]))
+    return out
+
+
 def _engine(args, name: str):
     """The engine the flags ask for, with its options."""
     if name == "des":
         overrides = api.read_calibration(args.calibration) if args.calibration else {}
-        for item in args.sets:
-            key, sep, text = item.partition("=")
-            try:
-                overrides[key.strip()] = float(text)
-            except ValueError:
-                sep = ""
-            if not sep:
-                raise api.UsageError(f"'{item}' is not KEY=NUMBER", "--set", ", ".join(api.des_parameters()["names"]))
+        overrides.update(_key_numbers(args.sets, "--set"))
         return api.engine("des", overrides=overrides, faults=args.fault, stragglers=args.straggler,
                           timeout_us=args.timeout * 1e6, trace=bool(args.trace))
+    if name == "nccl" and args.calibration:
+        return api.engine("nccl", calibration=api.read_calibration(args.calibration, "nccl"))
     if name == "real":
         return api.engine("real", iters=args.iters, warmup_iters=args.warmup_iters, check=args.check,
                           trace=bool(args.trace))
@@ -877,9 +912,41 @@ def _run_validate(args, params) -> int:
 
 
 def _run_calibrate(args, params) -> int:
+    if args.fit or args.values:
+        return _run_grid_fit(args)
+    if not args.measured:
+        raise api.UsageError("no measurements given", "MEASURED",
+                             "nccl-tests output, its JSON or case files (or --fit over validation cases)")
+    fixed = _key_numbers(args.sets, "--set")
+    options = {k: v for k, v in _job_options(args).items() if k != "rank"}
+    with api.Progress("nicksim calibrate") as progress:
+        progress.phase("reading the measurements and the system")
+        cal = api.calibrate_measured(args.measured, **options, env=args.env, params=params,
+                                     engines=args.engine or ["nccl", "des"], holdout=args.holdout, fixed=fixed,
+                                     min_nbytes=args.minbytes, max_nbytes=args.maxbytes, collective=args.collective,
+                                     progress=progress.phase)
+        table, skipped = api.calibrated_tuner(cal) if args.tuner else (None, [])
+    print("\n".join(api.calibration_lines(cal)))
+    for line in skipped:
+        print(f"# tuner: not written for {line}")
+    for f in cal.fits:
+        if f.over_fitted:
+            api.print_line(f"nicksim calibrate: warning: the {f.engine} fit is over-fitted: better on the sizes it "
+                           f"saw, worse on those held out")
+    if args.output:
+        api.write_text(args.output, api.calibration_file_text(cal))
+    if args.tuner:
+        api.write_text(args.tuner, api.tuner_csv(table))
+    return 0
+
+
+def _run_grid_fit(args) -> int:
+    if len(args.measured) > 1:
+        raise api.UsageError("--fit takes one folder or case file", "MEASURED", "a folder of case files")
     with api.Progress("nicksim calibrate") as progress:
         progress.phase(f"fitting {args.fit} over the cases")
-        result = api.calibrate(args.cases, args.fit, args.values, args.jobs)
+        result = api.calibrate(args.measured[0] if args.measured else None, args.fit or "step_lat.scale",
+                               args.values, args.jobs)
     print("\n".join(api.fit_lines(result)))
     if args.output:
         api.write_text(args.output, api.calibration_text(result))

@@ -24,6 +24,7 @@ from .calls import Call
 from .errors import UsageError
 from .job import Job
 from .plan.p2p import p2p_summary
+from .tuning.calibrated import calibrated_time_us, time_calibration
 from .tuning.choose import choose
 from .tuning.p2p import p2p_time_us
 
@@ -112,19 +113,28 @@ class Engine:
         return []
 
 
+@dataclass
 class NcclModel(Engine):
-    """NCCL's time model: each call answered as ncclGroupSimulateEnd would."""
+    """NCCL's time model: each call answered as ncclGroupSimulateEnd would; with a `calibration`
+    (tuning/calibrated.py names), NCCL's pick priced with the calibrated constants."""
 
+    calibration: Mapping[str, float] = field(default_factory=dict)
     name = "nccl"
     doc = "NCCL's own time model (what ncclGroupSimulateEnd says)"
+
+    def prepare(self, job: Job, calls: Sequence[Call] = ()):
+        return time_calibration(self.calibration)
 
     def answer(self, job: Job, call: Call, prepared=None) -> CallResult:
         if call.info.p2p:
             protocol, n_channels = p2p_summary(job, call)
             return CallResult(call, p2p_time_us(job, call), "P2P", protocol, n_channels, 640, "nicksim-p2p")
         choice = choose(job.comm, call)
-        return CallResult(call, choice.time_us, choice.algorithm, choice.protocol, choice.max_channels,
-                          choice.n_threads)
+        time_us = choice.time_us
+        if prepared:  # a calibration: the same pick, at what it costs on the measured system
+            time_us = calibrated_time_us(job.comm, call, choice.algorithm, choice.protocol, prepared)
+        return CallResult(call, time_us, choice.algorithm, choice.protocol, choice.max_channels,
+                          choice.n_threads, "nccl-calibrated" if prepared else "nccl")
 
 
 @dataclass

@@ -61,7 +61,8 @@ def test_perf_reads_a_calibration_file_as_it_reads_set(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (("perf", "all_reduce", "--system", "dgx-h100", "--calibration", "x.toml"), "--calibration needs the DES"),
+    (("perf", "all_reduce", "--system", "dgx-h100", "--engine", "real", "--calibration", "x.toml"),
+     "--calibration is for the nccl and DES engines"),
     (("calibrate", "/nonexistent/cases"), "no such file or folder"),
     (("calibrate", "--values", "1,-2"), "every value must be above 0"),
     (("calibrate", "--fit", "nvlink.bw_gbps"), "invalid choice"),

@@ -471,8 +471,8 @@ class _Sim:
         # CTA, LL and network connection links are numbered alike by every graph's router.
         self.router = self.router_for(first_algorithm)
         n_fabric = len(self.fabric.links)
-        kind_bw = dict(params.link_bw_gbps)
-        capacity = ([kind_bw.get(link.kind, link.bw_gbps) for link in self.fabric.links]
+        kind_bw, share = dict(params.link_bw_gbps), dict(params.link_efficiency)
+        capacity = ([kind_bw.get(link.kind, link.bw_gbps) * share.get(link.kind, 1.0) for link in self.fabric.links]
                     + [params.cta_bw_gbps] * (self.router.n_links - n_fabric))
         for rank in range(job.nranks):
             capacity[self.router.ll(rank)] = 2 * params.ll_max_bw_gbps  # on the wire, LL doubles the data

@@ -41,6 +41,11 @@ The fabric itself can be changed for a run as well: `nvlink.bw_gbps`, `pcie.bw_g
 direction, as `nicksim topo --links` prints it (NCCL's plan stays the one for the machine as
 described; the DES moves the bytes over the links as changed).
 
+What calibration fits besides: `nvlink.efficiency`, `pcie.efficiency` and `net.efficiency` (the
+share of every link of that kind's bandwidth that data gets, 1 as described), and
+`step_lat.nvlink.scale`, `step_lat.pcie.scale` and `step_lat.net.scale` (hwLat of that hardware row
+times the scale, on top of `step_lat.scale`), so a fit can tell a slow NIC from slow NVLink.
+
 `with_overrides(params, {"cta.bw_gbps": 30})` gives the same set with named values replaced
 (calibration and `--set` use it); `PARAM_NAMES` lists what can be set.
 """
@@ -57,7 +62,7 @@ from ..errors import UsageError
 from ..graph.search import search_ladder
 
 __all__ = ["DesParams", "des_params", "with_overrides", "check_override", "PARAM_NAMES", "LINK_KINDS", "SET_NAMES",
-           "wire_nbytes"]
+           "LINK_EFFICIENCIES", "HW_LAT_SCALES", "EFFICIENCY_MAX", "wire_nbytes"]
 
 _NVLS_EFFICIENCY = {90: 0.85, 100: 0.74}  # tuning.cc nvlsEfficiency (2.28.9-2.30.7), Hopper / Blackwell
 _WIRE = {"LL": 2.0, "LL128": 128 / 120, "Simple": 1.0}  # bytes on the wire per data byte
@@ -96,10 +101,14 @@ class DesParams:
     net_step_us: float = NET_STEP_US
     # (fabric link kind, GB/s) for every kind whose links the run gives another bandwidth.
     link_bw_gbps: tuple[tuple[str, float], ...] = ()
+    # (fabric link kind, share of its bandwidth data gets) where not 1; (hwLat row, scale) where not 1.
+    link_efficiency: tuple[tuple[str, float], ...] = ()
+    hw_lat_scale: tuple[tuple[str, float], ...] = ()
 
     def step_lat_us(self, hw: str, algorithm: str, protocol: str) -> float:
         row = algorithm if algorithm in ("Tree", "Ring") else "Ring"
-        lat = self.step_lat_scale * self.tables.hw_lat(hw, row, protocol)
+        scale = self.step_lat_scale * dict(self.hw_lat_scale).get(hw, 1.0)
+        lat = scale * self.tables.hw_lat(hw, row, protocol)
         if hw == "NET":  # the plugin's own figure, as stated: not NCCL's latency, so not scaled with it
             lat += self.net_latency_us * (2 if protocol == "Simple" else 1)
         return lat
@@ -139,10 +148,17 @@ PARAM_NAMES = {
 # `--set` names for the fabric's link kinds (fabric.py FabricLink.kind).
 LINK_KINDS = {"nvlink.bw_gbps": "NVL", "pcie.bw_gbps": "PCI", "c2c.bw_gbps": "C2C", "cpu.bw_gbps": "SYS",
               "net.bw_gbps": "NET", "cable.bw_gbps": "CABLE"}
+# The share of a kind's bandwidth that data gets, and a hardware row's step latency scale.
+LINK_EFFICIENCIES = {"nvlink.efficiency": "NVL", "pcie.efficiency": "PCI", "net.efficiency": "NET"}
+HW_LAT_SCALES = {"step_lat.nvlink.scale": "NVLINK", "step_lat.pcie.scale": "PCI", "step_lat.net.scale": "NET"}
+# A link gives data at most its stated bandwidth, give or take the margin NCCL's stated figures
+# leave: NVLink 4 is stated at 20.6 GB/s a link (topo.h SM90_NVLINK_BW, 2.20+) of its 25 GB/s
+# signalling rate, so a share may reach 1.25 of the stated figure and no more.
+EFFICIENCY_MAX = 1.25
 
 
 _MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us", "hold", "max_steps")
-SET_NAMES = (*PARAM_NAMES, *LINK_KINDS)  # every name `--set` and `[sweep.set]` take
+SET_NAMES = (*PARAM_NAMES, *LINK_KINDS, *LINK_EFFICIENCIES, *HW_LAT_SCALES)  # every name `--set` and `[sweep.set]` take
 
 
 def check_override(name: str, value: float, where: str = "--set") -> None:
@@ -155,6 +171,10 @@ def check_override(name: str, value: float, where: str = "--set") -> None:
         raise UsageError(f"{name}={value:g}", where, "a finite number")
     if name in LINK_KINDS and not value > 0:
         raise UsageError(f"{name}={value:g}", where, "a bandwidth above 0 GB/s")
+    if name in LINK_EFFICIENCIES and not 0 < value <= EFFICIENCY_MAX:
+        raise UsageError(f"{name}={value:g}", where, f"a share above 0 and at most {EFFICIENCY_MAX:g}")
+    if name in HW_LAT_SCALES and not value > 0:
+        raise UsageError(f"{name}={value:g}", where, "a value above 0")
     if name in PARAM_NAMES and PARAM_NAMES[name] not in _MAY_BE_ZERO and not value > 0:
         raise UsageError(f"{name}={value:g}", where, "a value above 0")
     if not value >= 0:
@@ -164,12 +184,19 @@ def check_override(name: str, value: float, where: str = "--set") -> None:
 def with_overrides(params: DesParams, values: dict[str, float]) -> DesParams:
     """`params` with the named values replaced (names as SET_NAMES lists them)."""
     changes = {}
-    links = dict(params.link_bw_gbps)
+    links, shares, scales = dict(params.link_bw_gbps), dict(params.link_efficiency), dict(params.hw_lat_scale)
     for name, value in values.items():
         check_override(name, value)
         if name in LINK_KINDS:
             links[LINK_KINDS[name]] = float(value)
             continue
+        if name in LINK_EFFICIENCIES:
+            shares[LINK_EFFICIENCIES[name]] = float(value)
+            continue
+        if name in HW_LAT_SCALES:
+            scales[HW_LAT_SCALES[name]] = float(value)
+            continue
         field = PARAM_NAMES[name]
         changes[field] = int(value) if field in ("max_chunks", "exact_nodes", "max_steps") else float(value)
-    return replace(params, **changes, link_bw_gbps=tuple(sorted(links.items())))
+    return replace(params, **changes, link_bw_gbps=tuple(sorted(links.items())),
+                   link_efficiency=tuple(sorted(shares.items())), hw_lat_scale=tuple(sorted(scales.items())))

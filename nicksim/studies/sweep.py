@@ -24,6 +24,9 @@ Example:
     NCCL_ALGO = ["Ring", "Tree"]
     [sweep.set]
     "nvlink.bw_gbps" = [370.8, 185.4]
+
+`calibration` names calibration files (nicksim calibrate -o; a path relative to the grid's
+folder), "" for none: each point's engine takes that file's values for it, `[sweep.set]` winning.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import csv
 import io
 import itertools
 from dataclasses import fields
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable
 
@@ -40,6 +44,7 @@ from ..errors import NickSimError, UsageError
 from ..job import SPEC_FIELDS, JobSpec, load_job
 from ..params import read_params
 from .perf import parse_size
+from .validate import read_calibration
 from ..model.hwparams import check_override
 from ..formats.report import measurement
 
@@ -52,7 +57,8 @@ __all__ = ["read_grid", "run_point", "run_sweep", "rows_csv", "GRID_KEYS", "ROW_
 
 # key -> (type, default); sizes take nccl-tests' grammar (8, 64K, 256M, 8G).
 _CALL_KEYS: dict[str, tuple[type, object]] = {
-    "engine": (str, "nccl"), "collective": (str, "all_reduce"), "sizes": (str, "1G"), "dtype": (str, "float")}
+    "engine": (str, "nccl"), "collective": (str, "all_reduce"), "sizes": (str, "1G"), "dtype": (str, "float"),
+    "calibration": (str, "")}
 # The system options take JobSpec's defaults, but for the system itself and the release (the newest).
 _SPEC_DEFAULTS = {**{f.name: f.default for f in fields(JobSpec)}, "system": "dgx-h100", "nccl_version": None}
 GRID_KEYS: dict[str, tuple[type, object]] = {
@@ -112,6 +118,11 @@ def read_grid(text: str, where: str) -> list[dict]:
         axes.append((f"set.{key}", values))
     if sets and {_grid_engine(v) for v in dict(axes).get("engine", [GRID_KEYS["engine"][1]])} != {"des"}:
         raise UsageError("[sweep.set] changes the DES only", where, 'engine = "des"')
+    calibrations = {}
+    for name in dict(axes).get("calibration", []):  # read now: a bad file fails before anything runs
+        if name:
+            path = Path(name) if Path(name).is_absolute() or not Path(where).is_file() else Path(where).parent / name
+            calibrations[name] = {engine: read_calibration(path, engine) for engine in SWEPT_ENGINES}
     for key, values in axes:
         if key == "engine" and any(_grid_engine(v) not in SWEPT_ENGINES for v in values):
             raise UsageError(f"engine {values}", f"{where}: engine", ", ".join(SWEPT_ENGINES) + " (or model for nccl)")
@@ -137,6 +148,7 @@ def read_grid(text: str, where: str) -> list[dict]:
             else:
                 point[key] = value
         point["sizes"] = sizes
+        point["calibrated"] = calibrations.get(point["calibration"], {})
         point["point"] = len(points)
         points.append(point)
     return points
@@ -163,7 +175,9 @@ def run_point(point: dict) -> list[dict]:
                        nccl_version=point["nccl_version"] or JobSpec.nccl_version)
         job = load_job(spec, read_params({}, [f"{k}={v}" for k, v in point["env"].items()]))
         name = _grid_engine(point["engine"])
-        engine = engine_named(name, overrides=point.get("set", {})) if name == "des" else engine_named(name)
+        calibrated = point.get("calibrated", {}).get(name, {})
+        engine = engine_named(name, overrides={**calibrated, **point.get("set", {})}) if name == "des" else \
+            engine_named(name, calibration=calibrated)
         prepared = engine.prepare(job)
     except NickSimError as exc:
         return [dict(base, nbytes=n, error=exc.line()) for n in point["sizes"]]

@@ -259,20 +259,13 @@ def find_cases(directory: str | Path) -> list[Case]:
     return [load_case(f) for f in files]
 
 
-def read_calibration(path: str | Path) -> dict[str, float]:
-    """DES parameters from a calibration file: a TOML table `[set]` of `--set` names and values."""
-    from ..model.hwparams import check_override
-    doc = _read_toml(Path(path), "a TOML file with a [set] table")
-    values = doc.get("set")
-    if not isinstance(values, dict):
-        raise UsageError("no [set] table", str(path), "[set] with NAME = number lines, as --set takes them")
-    out = {}
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UsageError(f"{name} = {value!r}", str(path), "a number")
-        check_override(name, float(value), f"{path}: [set] {name}")
-        out[name] = float(value)
-    return out
+def read_calibration(path: str | Path, engine: str = "des") -> dict[str, float]:
+    """`engine`'s values in a calibration file (nicksim calibrate -o): the DES's `[set]` table of
+    `--set` names, NCCL's time model's `[nccl]` table (tuning/calibrated.py); empty where the file
+    has none for the engine."""
+    from .fit import engine_values
+    doc = _read_toml(Path(path), "a calibration file: TOML with a [set] or [nccl] table")
+    return engine_values(doc, str(path))[canonical_engine(engine)]
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -283,7 +276,7 @@ def _measured_busbw(row, in_place: bool) -> float | None:
 
 
 def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | None = None) -> CaseResult:
-    """The case's measured sizes answered by `engine` (with DES parameters from `calibration`)."""
+    """The case's measured sizes answered by `engine` (with `calibration`'s values for it)."""
     engine = canonical_engine(engine)
     if engine not in VALIDATED_ENGINES:
         raise UsageError(f"engine '{engine}'", "--engine", ", ".join(VALIDATED_ENGINES))
@@ -300,7 +293,8 @@ def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | N
             raise UsageError(f"nothing to compare: no measured row has an {placement} bus bandwidth above 0",
                              case.origin, "measured rows with busbw")
         dtype = case.dtype or table.dtype or "float"
-        answer = engine_named(engine, overrides=calibration or {}) if engine == "des" else engine_named(engine)
+        answer = engine_named(engine, overrides=calibration or {}) if engine == "des" else \
+            engine_named(engine, calibration=calibration or {})
         rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, answer)
     except NickSimError as exc:
         return CaseResult(case, engine, error=exc.line())

@@ -36,6 +36,8 @@ __all__ = [
     "format_tuning_table",
     "AlgoTime",
     "algo_time",
+    "AlgoTerms",
+    "algo_terms",
     "ThreadThresholds",
     "thread_thresholds",
     "format_thread_thresholds", "net_overhead_us"]
@@ -614,13 +616,32 @@ def algo_time(table: CostTable, inputs: TuneInputs, func: str, algorithm: str, p
     with the tree correction per log2(nbytes/64) bucket and the ring Simple plateau factor.
 
     `n_channels` is the communicator's runtime channel count (after connect's doubling)."""
+    terms = algo_terms(table, inputs, func, algorithm, protocol, nbytes, n_channels)
+    if terms.bw_gbps == 0.0:
+        return AlgoTime(-1.0, terms.backup)
+    return AlgoTime(terms.lat_us + nbytes / (1000 * terms.bw_gbps), terms.backup)
+
+
+@dataclass(frozen=True)
+class AlgoTerms:
+    """The two terms of ncclTopoGetAlgoTime for one operation: the latency (us) and the bandwidth
+    (GB/s, 0 where NCCL would not use the pair) after every size-dependent correction."""
+
+    lat_us: float
+    bw_gbps: float
+    backup: bool = False
+
+
+def algo_terms(table: CostTable, inputs: TuneInputs, func: str, algorithm: str, protocol: str, nbytes: int,
+               n_channels: int) -> AlgoTerms:
+    """The latency and bandwidth algo_time adds up (see there)."""
     f, a, p = FUNCTIONS.index(func), table.algorithms.index(algorithm), PROTOCOLS.index(protocol)
     bw, lat = table.bw_gbps[f][a][p], table.lat_us[f][a][p]
     backup = False
     if table.ring_backup_gbps is not None and algorithm == "Ring" and bw == 0.0:
         bw, backup = table.ring_backup_gbps[f][p], True
     if bw == 0.0:
-        return AlgoTime(-1.0, backup)
+        return AlgoTerms(lat, 0.0, backup)
     log_size = _log2i(nbytes >> 6)
     factors = tuning_tables(table.version).tree_correction_factor
     # Tree is only priced for AllReduce; from 2.23 tuning.cc also says so in the test.
@@ -632,7 +653,7 @@ def algo_time(table: CostTable, inputs: TuneInputs, func: str, algorithm: str, p
     if (algorithm == "Ring" and protocol == "Simple" and inputs.n_nodes > 1 and func == "AllReduce"
             and nbytes // (n_channels * inputs.n_ranks) >= 64):
         lat *= 1.9 if inputs.min_compcap < 80 else 1.4  # the ring's plateau
-    return AlgoTime(lat + nbytes / (1000 * bw), backup)
+    return AlgoTerms(lat, bw, backup)
 
 
 def format_tuning_table(table: CostTable) -> list[str]:
