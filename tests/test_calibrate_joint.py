@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, VALIDATION, run_cli
 from nicksim import api
 from nicksim.studies.fit import EngineFit, Observation, PointFit, parse_holdout
-from nicksim.studies.measured import log_facts
+from nicksim.studies.measured import log_facts, read_measured
 from nicksim.studies.tuner import TUNER_HEADER, TUNER_NAMES
 
 C01_LOG = VALIDATION / "raw" / "aws_p5_KeitaW_nccl-test-output-v2.22.3-1.log"
@@ -46,6 +46,18 @@ def test_the_pasted_log_states_version_network_nodes_and_settings():
                                     "NCCL_NVLSTREE_MAX_CHUNKSIZE": "524288", "NCCL_NVLS_CHUNKSIZE": "524288",
                                     "NCCL_P2P_NET_CHUNKSIZE": "524288"}
     assert facts.gpu_names == ("NVIDIA H100 80GB HBM3",)
+
+
+def test_a_real_run_s_trace_is_one_measured_call_with_the_plan_it_ran(tmp_path):
+    other = {"engine": "real", "bytes": 4194304, "collective": "all_reduce", "nranks": 2, "algorithm": "Ring",
+             "protocol": "Simple", "nchannels": 4, "nthreads": 544, "time_us": 3471.7}
+    trace = write(tmp_path, "trace.json", json.dumps({"traceEvents": [], "otherData": other}))
+    (run,) = read_measured([str(trace)])
+    assert (run.collective, run.nranks, run.points) == ("all_reduce", 2, ((4194304, 3471.7),))
+    assert dict(run.facts.settings) == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}  # fitted as what it ran
+    des = write(tmp_path, "des.json", json.dumps({"traceEvents": [], "otherData": {**other, "engine": "des"}}))
+    with pytest.raises(api.UsageError, match="not of a real run"):
+        read_measured([str(des)])
 
 
 # --- the done-means figures on C01 and C05 (NCCL's time model; the DES's are in docs/calibration.md) ----

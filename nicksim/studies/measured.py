@@ -2,8 +2,9 @@
 
 `read_measured(paths)` promises one MeasuredRun per results table in the files given: nccl-tests
 output as pasted (with or without mpirun's `[1,0]<stdout>:` tags, NCCL_DEBUG lines between rows,
-either column layout, `-J` JSON), nicksim's own `-J` JSON and text, and validation case files (a
-.toml, or a folder of them), which carry their own system. Each run keeps its sizes and measured
+either column layout, `-J` JSON), nicksim's own `-J` JSON and text, `nicksim run --trace` files
+(one call, the plan it ran taken as forced), and validation case files (a .toml, or a folder of
+them), which carry their own system. Each run keeps its sizes and measured
 out-of-place times and the `LogFacts` its file states: the NCCL version, the network NCCL used,
 the node count, the settings NCCL read from the environment (NCCL_ALGO and NCCL_PROTO among them),
 the GPUs nccl-tests listed and the channels rank 0 printed. `run_spec(run, base, given)` is the
@@ -13,6 +14,7 @@ collective, or a table whose rows show no time is a UsageError naming the file.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,7 +22,7 @@ from pathlib import Path
 from ..calls import collective_name
 from ..errors import UsageError
 from ..files import read_input
-from ..formats.logs import parse_line
+from ..formats.logs import parse_line, read_job_log
 from ..formats.report import read_results
 from ..job import JobSpec
 from ..params import Params
@@ -38,9 +40,6 @@ IGNORED_SETTINGS = frozenset({
 })
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
-_SETTING = re.compile(r"^(NCCL_[A-Z0-9_]+) set by environment to (.*?)\.?\s*$")
-_COMM = re.compile(r"^comm \S+ rank \d+ nRanks (\d+) nNodes (\d+)")
-_CHANNEL = re.compile(r"^Channel \d+/(\d+) :")
 _PERF_BINARY = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf\b")
 _DEVICE = re.compile(r"#\s+Rank\s+\d+ Group\s+\d+ Pid\s+\d+ on\s+\S+ device\s+\d+ \[[^\]]*\] (.+?)\s*$")
 
@@ -91,36 +90,34 @@ def _fabric_of(network: str, text_lines: list[str]) -> str | None:
 
 
 def log_facts(text: str) -> LogFacts:
-    """The LogFacts of a pasted output (see the module docstring)."""
+    """The LogFacts of a pasted output (see the module docstring): the NCCL_DEBUG lines as
+    formats/logs.py reads a job's log, plus the version, the network and nccl-tests' device list."""
     version = network = None
-    nodes = channels = None
-    settings: dict[str, str] = {}
     gpus: list[str] = []
-    texts: list[str] = []
+    nccl_lines: list[str] = []
     for raw in text.splitlines():
         device = _DEVICE.search(raw)
         if device:
             gpus.append(device.group(1))
             continue
-        if "NCCL" not in raw and "Channel" not in raw and "comm " not in raw and "network" not in raw:
+        if "NCCL" not in raw:
             continue
-        parsed = parse_line(raw)
-        body = parsed.text if parsed is not None else raw
-        if version is None and (m := _VERSION.search(body)):
+        if version is None and (m := _VERSION.search(raw)):
             version = m.group(1)
-        if parsed is None:
-            continue
-        texts.append(body)
-        if (m := _NETWORK.match(body)) and network is None:
+        nccl_lines.append(raw)
+    job_log = read_job_log(nccl_lines)
+    texts = []
+    for raw in nccl_lines:
+        parsed = parse_line(raw)
+        if parsed is not None and network is None and (m := _NETWORK.match(parsed.text)):
             network = m.group(1)
-        elif (m := _SETTING.match(body)) and m.group(1) not in IGNORED_SETTINGS:
-            settings[m.group(1)] = m.group(2).strip()
-        elif (m := _COMM.match(body)) and nodes is None:
-            nodes = int(m.group(2))
-        elif (m := _CHANNEL.match(body)) and channels is None:
-            channels = int(m.group(1))
+        elif parsed is not None and parsed.text.startswith("NET/IB"):
+            texts.append(parsed.text)
+    settings = {k: v.strip() for per_rank in job_log.settings.values() for k, v in per_rank.items()
+                if k not in IGNORED_SETTINGS}
+    nodes = next((c["nnodes"] for c in job_log.comms.values()), None)
     return LogFacts(version, _fabric_of(network, texts) if network else None, nodes, tuple(sorted(settings.items())),
-                    tuple(dict.fromkeys(gpus)), channels)
+                    tuple(dict.fromkeys(gpus)), len(job_log.rings) or None)
 
 
 def _points(table, source: str) -> tuple[tuple[int, float], ...]:
@@ -137,8 +134,32 @@ def _named_test(text: str) -> str | None:
     return collective_name(names.pop()) if len(names) == 1 else None
 
 
+def _run_of_trace(doc: dict, source: str) -> MeasuredRun:
+    """A `nicksim run --trace` file: one call of the largest size, its time and the plan it ran
+    (which a fit takes as forced: NCCL_ALGO and NCCL_PROTO, as the run chose them)."""
+    other = doc.get("otherData")
+    if not isinstance(other, dict) or other.get("engine") != "real":
+        raise UsageError("a trace that is not of a real run", source,
+                         "nccl-tests output, its JSON, case files, or `nicksim run --trace` files")
+    try:
+        nbytes, time_us = int(other["bytes"]), float(other["time_us"])
+        nranks, coll = int(other["nranks"]), collective_name(str(other["collective"]))
+        forced = (("NCCL_ALGO", str(other["algorithm"])), ("NCCL_PROTO", str(other["protocol"])))
+    except (KeyError, TypeError, ValueError):
+        raise UsageError("a trace without its call (bytes, time_us, nranks, collective, algorithm, protocol)",
+                         source, "a `nicksim run --trace` file") from None
+    if not (nbytes > 0 and time_us > 0):
+        raise UsageError("no result row with a time", source, "a trace of a call that ran")
+    return MeasuredRun(source, coll, nranks, "float", "sum", ((nbytes, time_us),), LogFacts(settings=forced))
+
+
 def _runs_of_file(path: Path, collective: str | None) -> list[MeasuredRun]:
     text = read_input(str(path), "a readable nccl-tests output, JSON or case file").decode("utf-8", errors="replace")
+    if text.lstrip().startswith("{") and '"traceEvents"' in text[:200]:
+        try:
+            return [_run_of_trace(json.loads(text), str(path))]
+        except json.JSONDecodeError:
+            pass  # not a trace after all: read as results, which names what is wrong
     tables = read_results(text, str(path))
     facts = log_facts(text)
     runs = []
