@@ -104,6 +104,7 @@ __all__ = [
     # studies
     "Table", "sweep", "read_grid", "rows_csv", "fit_lines", "calibration_text", "validate", "Validation",
     "calibrate_measured", "calibration_lines", "calibration_file_text", "calibrated_tuner", "describe_host",
+    "calibration_points", "calibration_parameters",
     "HostDescription", "copy_gbps",
     "Progress", "validation_head", "validation_case_line", "validation_tail", "calibrate", "knobs", "knob_lines",
     "alphabeta_lines",
@@ -434,14 +435,15 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
                        env: Sequence[str] = (), params: Params | None = None, engines: Sequence[str] = ("nccl", "des"),
                        holdout: Sequence[str] = (), fixed: Mapping[str, float] | None = None, min_nbytes: int = 0,
                        max_nbytes: int = 1 << 62, collective: str | None = None,
-                       progress: Callable[[str], None] | None = None):
+                       progress: Callable[[str], None] | None = None, job: Job | None = None):
     """Both engines (or those named) fitted jointly to measured runs (studies.fit.Calibration).
 
     `measured`: nccl-tests output as pasted, its JSON, nicksim's own, or validation case files.
     The system is the SYSTEM options as `load` takes them; the NCCL version, network and node
     count a log states fill in what is not given, and the settings it says NCCL read apply (`env`
     wins). `holdout` as `--holdout` spells it (alternate, size=..., collective=..., nodes=...,
-    ranks=...); `fixed` DES values (`--set` names) are kept, not fitted, and written with the fit."""
+    ranks=...); `fixed` DES values (`--set` names) are kept, not fitted, and written with the fit.
+    `job` instead of the SYSTEM options: that system exactly, its settings under the log's."""
     from .calls import collective_name as coll_name
     from .engines import canonical_engine
     from .job import JobSpec
@@ -461,7 +463,9 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
                         nics_per_node=nics_per_node, nic_gbps=nic_gbps, switch_lat_us=switch_lat_us,
                         nccl_version=nccl_version)
     given = frozenset(k for k, v in given_values.items() if v is not None)
-    base = JobSpec(system=system, nodes=nodes or 1, nccl_version=nccl_version or DEFAULT_NCCL_VERSION, gpu=gpu,
+    if job is not None:  # a system already made (the dashboard's sidebar): every field of it given
+        given, params = frozenset(given_values), job.params
+    base = job.spec if job is not None else JobSpec(system=system, nodes=nodes or 1, nccl_version=nccl_version or DEFAULT_NCCL_VERSION, gpu=gpu,
                    gpus_per_node=gpus_per_node, fabric=fabric, nics_per_node=nics_per_node, nic_gbps=nic_gbps,
                    oversubscription=oversubscription, hosts_per_leaf=hosts_per_leaf, rail_optimized=rail_optimized,
                    switch_lat_us=switch_lat_us, sharp=sharp)
@@ -469,6 +473,20 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
     runs = read_measured([str(m) for m in measured], coll_name(collective) if collective else None)
     jobs = jobs_for(runs, base, given, params if params is not None else settings(), tuple(env))
     return fit(runs, jobs, tuple(dict.fromkeys(wanted)), hold, dict(fixed or {}), min_nbytes, max_nbytes, progress)
+
+
+def calibration_points(cal) -> Table:
+    """A joint calibration's observations: per engine and size, measured, before and after (times,
+    bus bandwidths, errors), held out or not, and the plan."""
+    from .studies.fit import point_records
+    return Table(tuple(point_records(cal)))
+
+
+def calibration_parameters(cal) -> Table:
+    """A joint calibration's parameters: per engine, NCCL's value, the fitted one and its 1-sigma, or
+    why it was left."""
+    from .studies.fit import parameter_records
+    return Table(tuple(parameter_records(cal)))
 
 
 def calibration_lines(cal) -> list[str]:

@@ -236,7 +236,7 @@ CSV_16 = "# collective=all_reduce nranks=16 dtype=float redop=sum\nsize_bytes,ti
 @pytest.mark.parametrize("make, extra, needle", [
     (lambda d: write(d, "empty.log", "# nThread 1 nGpus 1\n"), (), "no nccl-tests results found"),
     (lambda d: write(d, "ranks.csv", CSV_16), ("--system", "dgx-h100", "--nodes", "1"),
-     "the measurements have 16 ranks, the system 8"),
+     "the measurements have 16 ranks, the system has 8"),
     (lambda d: write(d, "gpu.log", C01_LOG.read_text().replace("H100 80GB HBM3", "A100-SXM4-80GB")),
      ("--system", str(C01_TOPO), "--gpu", "h100", "--collective", "all_reduce"), "ran on NVIDIA A100-SXM4-80GB"),
     (lambda d: write(d, "fast.csv", CSV_16.replace("1048576,100\n4194304,150", "268435456,300\n1073741824,1000\n"

@@ -253,11 +253,14 @@ def draw_waits(edges: Sequence[WaitEdge], nranks: int | None = None, culprits: S
 
 def draw_calibration(points: Mapping[str, Sequence[Mapping]], title: str = "") -> Figure:
     """Measured and predicted bus bandwidth over sizes, one line per series ("measured", "before",
-    "after", ...): records with nbytes and busbw_gbps."""
+    "after", ...): records with nbytes and busbw_gbps. Series named "measured ..." are points, not
+    lines (black where there is one)."""
     fig, ax = _figure(8, 4.2)
     for name, rows in points.items():
-        style = {"marker": "x", "linestyle": "none", "color": "black", "markersize": 7} if name == "measured" \
+        style = {"marker": "x", "linestyle": "none", "markersize": 7} if name.startswith("measured") \
             else {"marker": "o", "markersize": 3}
+        if name == "measured":
+            style["color"] = "black"
         ax.plot([r["nbytes"] for r in rows], [r["busbw_gbps"] for r in rows], label=name, **style)
     _size_axis(ax, [r["nbytes"] for rows in points.values() for r in rows])
     ax.set_ylabel("bus bandwidth (GB/s)")

@@ -36,7 +36,8 @@ from .measured import MeasuredRun
 
 __all__ = ["Parameter", "Holdout", "parse_holdout", "Observation", "ParamFit", "PointFit", "EngineFit",
            "Calibration", "des_parameters", "model_parameters", "calibrate", "format_calibration",
-           "calibration_text", "FIT_ENGINES", "MIN_EFFECT", "busbw_error_pct"]
+           "calibration_text", "FIT_ENGINES", "MIN_EFFECT", "busbw_error_pct", "point_records", "parameter_records",
+           "engine_values"]
 
 FIT_ENGINES = ("nccl", "des")
 MIN_EFFECT = 0.02      # a parameter moving no fitted size by 2% over a factor e is not determined
@@ -587,4 +588,38 @@ def engine_values(doc: Mapping, where: str) -> dict[str, dict[str, float]]:
             out[engine][name] = float(value)
     if not out["des"] and not out["nccl"]:
         raise UsageError("no [set] or [nccl] table", where, "a calibration file (nicksim calibrate -o)")
+    return out
+
+
+# --- records (tables, the dashboard) ---------------------------------------------------------------
+
+def point_records(cal: Calibration) -> list[dict]:
+    """A record per engine and observation: the run, the size, measured and predicted times and bus
+    bandwidths before and after, the errors, whether it was held out, and the plan."""
+    from ..formats.report import measurement
+    out = []
+    for f in cal.fits:
+        for p in f.points:
+            run, job = cal.runs[p.obs.run], cal.jobs[p.obs.run]
+
+            def busbw(time_us: float) -> float:
+                return measurement(run.collective, job.nranks, p.obs.nbytes, time_us).busbw_gbps
+            out.append({"engine": f.engine, "source": run.source, "collective": run.collective, "nranks": job.nranks,
+                        "nbytes": p.obs.nbytes, "held_out": p.obs.held_out, "measured_us": p.obs.measured_us,
+                        "before_us": p.before_us, "after_us": p.after_us, "measured_busbw_gbps": busbw(p.obs.measured_us),
+                        "before_busbw_gbps": busbw(p.before_us), "after_busbw_gbps": busbw(p.after_us),
+                        "error_before_pct": p.error_before_pct, "error_after_pct": p.error_after_pct,
+                        "algorithm": p.algorithm, "protocol": p.protocol})
+    return out
+
+
+def parameter_records(cal: Calibration) -> list[dict]:
+    """A record per engine and parameter: NCCL's value, the fitted one and its 1-sigma, or why it
+    was left at NCCL's value; and the values given (`--set`)."""
+    out = []
+    for f in cal.fits:
+        out += [{"engine": f.engine, "parameter": p.name, "what": p.what, "nccl": p.default, "value": p.value,
+                 "sigma": p.sigma, "fitted": p.fitted, "left_because": p.left_because} for p in f.params]
+        out += [{"engine": f.engine, "parameter": name, "what": "given", "nccl": None, "value": value, "sigma": None,
+                 "fitted": False, "left_because": "given"} for name, value in f.fixed]
     return out

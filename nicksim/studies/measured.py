@@ -266,7 +266,7 @@ def jobs_for(runs: list[MeasuredRun], base: JobSpec, given: frozenset[str], para
             loaded[key] = load_job(spec, read_params(params.raw, settings))
         job = loaded[key]
         if run.nranks is not None and run.nranks != job.nranks:
-            raise UsageError(f"the measurements have {run.nranks} ranks, the system {job.nranks} "
+            raise UsageError(f"the measurements have {run.nranks} ranks, the system has {job.nranks} ranks "
                              f"({job.nodes} node{'s' if job.nodes > 1 else ''})", run.source,
                              "SYSTEM options with as many GPUs as the measured run (--nodes, --gpus-per-node)")
         gpu = _gpu_mismatch(run, job)
