@@ -289,8 +289,12 @@ class _Predictor:
                  fixed: Mapping[str, float]):
         self.engine, self.runs, self.jobs, self.obs, self.fixed = engine, runs, jobs, obs, dict(fixed)
         self.count = 0
+        self._last: tuple = (None, [])
 
     def results(self, values: Mapping[str, float], chosen: Sequence[int]):
+        key = (tuple(sorted(values.items())), tuple(chosen))
+        if key == self._last[0]:  # least_squares asks for the residuals, then the Jacobian, at one x
+            return self._last[1]
         self.count += 1
         settings = {**self.fixed, **values}
         engine = Des(overrides=settings) if self.engine == "des" else NcclModel(calibration=settings)
@@ -309,24 +313,27 @@ class _Predictor:
                                      f"{run.collective} ({'it hangs' if result.hang else 'none'})", run.source,
                                      "measurements of calls the engine can run")
                 out[i] = result
-        return [out[i] for i in chosen]
+        self._last = (key, [out[i] for i in chosen])
+        return self._last[1]
 
     def times(self, values: Mapping[str, float], chosen: Sequence[int]) -> np.ndarray:
         return np.array([r.time_us for r in self.results(values, chosen)])
 
 
-def _effects(predict: _Predictor, params: list[Parameter], x0: np.ndarray, chosen: list[int], base: np.ndarray,
-             progress) -> np.ndarray:
-    """d log(time) / d x of every chosen observation for every parameter (forward differences)."""
+def _differences(predict: _Predictor, params: Sequence[Parameter], x: np.ndarray,
+                 values_of: Callable[[np.ndarray], dict[str, float]], chosen: list[int], progress,
+                 what: str) -> np.ndarray:
+    """d log(time) / d x of every chosen observation for each of `params` (the entries of `x`),
+    by forward differences from `x` (values_of turns an x into the engine's values)."""
+    base = np.log(predict.times(values_of(x), chosen))
     cols = []
     for j, p in enumerate(params):
-        x = x0.copy()
-        step = _step(p, x[j])
-        x[j] += step
-        t = predict.times(_values(params, x), chosen)
-        cols.append((np.log(t) - np.log(base)) / step)
+        moved = x.copy()
+        step = _step(p, moved[j])
+        moved[j] += step
+        cols.append((np.log(predict.times(values_of(moved), chosen)) - base) / step)
         if progress is not None:
-            progress(f"effect of {p.name}")
+            progress(f"{what}: {p.name}")
     return np.array(cols).T if cols else np.zeros((len(chosen), 0))
 
 
@@ -372,8 +379,8 @@ def _fit_engine(engine: str, runs, jobs, obs: list[Observation], params: list[Pa
     measured = np.array([o.measured_us for o in obs])
     x0 = np.array([p.x(p.default) for p in params])
     before = predict.results(_values(params, x0), everything)
-    before_t = np.array([r.time_us for r in before])
-    effects = _effects(predict, params, x0, fitted_idx, before_t[fitted_idx], progress)
+    effects = _differences(predict, params, x0, lambda x: _values(params, x), fitted_idx, progress,
+                           "the effect of each parameter")
     kept, why = _determined(effects, params, len(fitted_idx))
     target = np.log(measured[fitted_idx])
     free = [params[j] for j in kept]
@@ -391,16 +398,8 @@ def _fit_engine(engine: str, runs, jobs, obs: list[Observation], params: list[Pa
         return np.concatenate([data, (xk - prior) / width])
 
     def jacobian(xk: np.ndarray) -> np.ndarray:
-        base = predict.times(values_of(xk), fitted_idx)
-        cols = []
-        for j, p in enumerate(free):
-            x = xk.copy()
-            step = _step(p, x[j])
-            x[j] += step
-            cols.append((np.log(predict.times(values_of(x), fitted_idx)) - np.log(base)) / step)
-        if progress is not None:
-            progress("fitting")
-        return np.vstack([np.array(cols).T, np.eye(len(free)) / width])
+        data = _differences(predict, free, xk, values_of, fitted_idx, progress, "fitting")
+        return np.vstack([data, np.eye(len(free)) / width])
 
     sigma: dict[int, float | None] = {}
     if kept:
