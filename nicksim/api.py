@@ -447,6 +447,7 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
     from .calls import collective_name as coll_name
     from .engines import canonical_engine
     from .job import JobSpec
+    from .model.hwparams import check_override
     from .studies.fit import FIT_ENGINES, calibrate as fit, parse_holdout
     from .studies.measured import jobs_for, read_measured
     from .studies.perf import parse_size
@@ -454,7 +455,6 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
     for engine in wanted:
         if engine not in FIT_ENGINES:
             raise UsageError(f"engine '{engine}' cannot be calibrated", "--engine", ", ".join(FIT_ENGINES))
-    from .model.hwparams import check_override
     for name, value in (fixed or {}).items():
         check_override(name, float(value), "--set")
     if fixed and "des" not in wanted:
@@ -465,10 +465,11 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
     given = frozenset(k for k, v in given_values.items() if v is not None)
     if job is not None:  # a system already made (the dashboard's sidebar): every field of it given
         given, params = frozenset(given_values), job.params
-    base = job.spec if job is not None else JobSpec(system=system, nodes=nodes or 1, nccl_version=nccl_version or DEFAULT_NCCL_VERSION, gpu=gpu,
-                   gpus_per_node=gpus_per_node, fabric=fabric, nics_per_node=nics_per_node, nic_gbps=nic_gbps,
-                   oversubscription=oversubscription, hosts_per_leaf=hosts_per_leaf, rail_optimized=rail_optimized,
-                   switch_lat_us=switch_lat_us, sharp=sharp)
+    base = job.spec if job is not None else JobSpec(
+        system=system, nodes=nodes or 1, nccl_version=nccl_version or DEFAULT_NCCL_VERSION, gpu=gpu,
+        gpus_per_node=gpus_per_node, fabric=fabric, nics_per_node=nics_per_node, nic_gbps=nic_gbps,
+        oversubscription=oversubscription, hosts_per_leaf=hosts_per_leaf, rail_optimized=rail_optimized,
+        switch_lat_us=switch_lat_us, sharp=sharp)
     hold = parse_holdout(list(holdout), lambda t: parse_size(t, "--holdout"), coll_name)
     runs = read_measured([str(m) for m in measured], coll_name(collective) if collective else None)
     jobs = jobs_for(runs, base, given, params if params is not None else settings(), tuple(env))
@@ -505,20 +506,8 @@ def calibrated_tuner(cal, progress: Callable[[int, int], None] | None = None) ->
     """The fastest algorithm and protocol per collective and size range by the calibrated engine
     (NCCL's time model where it was fitted, else the DES), for NCCL's example tuner plugin
     (tuner_csv writes them); and what could not be written, with why."""
-    from .studies.tuner import TUNER_NAMES, tuner_rows
-    fitted = cal.fit_of("nccl") or cal.fit_of("des")
-    answer = engine(fitted.engine, **({"calibration": fitted.values()} if fitted.engine == "nccl"
-                                      else {"overrides": fitted.values()}))
-    rows, skipped, done = [], [], set()
-    for run, job in zip(cal.runs, cal.jobs):
-        key = (run.collective, id(job))  # a table per collective and system measured
-        if key in done:
-            continue
-        done.add(key)
-        if run.collective not in TUNER_NAMES["collective"]:
-            skipped.append(f"{run.collective}: NCCL's tuner plugins choose no algorithm for it")
-            continue
-        rows += tuner_rows(job, run.collective, [n for n, _ in run.points], answer, progress)
+    from .studies.tuner import calibrated_rows
+    rows, skipped = calibrated_rows(cal, progress)
     return Table(tuple(rows)), skipped
 
 

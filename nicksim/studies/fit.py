@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..calls import call_for_size
+from ..calls import COLLECTIVE_TABLE, call_for_size
 from ..engines import Des, NcclModel
 from ..errors import NickSimError, UsageError
 from ..job import Job
@@ -493,7 +493,7 @@ def calibrate(runs: Sequence[MeasuredRun], jobs: Sequence[Job], engines: Sequenc
             params = [p for p in des_parameters(default_params(jobs[0])) if p.name not in fixed]
             fits.append(_fit_engine("des", runs, jobs, obs, params, fixed, progress))
         else:
-            usable = [o for o in obs if not runs[o.run].collective in ("sendrecv", "alltoall")]
+            usable = [o for o in obs if not COLLECTIVE_TABLE[runs[o.run].collective].p2p]
             if not [o for o in usable if not o.held_out]:
                 notes.append("nccl: NCCL's time model prices no point-to-point call; its fit needs a collective")
                 continue
@@ -605,7 +605,8 @@ def point_records(cal: Calibration) -> list[dict]:
                 return measurement(run.collective, job.nranks, p.obs.nbytes, time_us).busbw_gbps
             out.append({"engine": f.engine, "source": run.source, "collective": run.collective, "nranks": job.nranks,
                         "nbytes": p.obs.nbytes, "held_out": p.obs.held_out, "measured_us": p.obs.measured_us,
-                        "before_us": p.before_us, "after_us": p.after_us, "measured_busbw_gbps": busbw(p.obs.measured_us),
+                        "before_us": p.before_us, "after_us": p.after_us,
+                        "measured_busbw_gbps": busbw(p.obs.measured_us),
                         "before_busbw_gbps": busbw(p.before_us), "after_busbw_gbps": busbw(p.after_us),
                         "error_before_pct": p.error_before_pct, "error_after_pct": p.error_after_pct,
                         "algorithm": p.algorithm, "protocol": p.protocol})

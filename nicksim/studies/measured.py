@@ -177,10 +177,9 @@ def _runs_of_file(path: Path, collective: str | None) -> list[MeasuredRun]:
 def _run_of_case(case) -> MeasuredRun:
     text = case.measured_text()
     table = measured_table_of(text, case.origin, case.collective, case.nranks, case.table)
-    placement = table.rows
-    if case.in_place:
-        placement = tuple(replace(r, out_of_place=r.in_place) for r in table.rows if r.in_place is not None)
-        table = replace(table, rows=placement)
+    if case.in_place:  # the case compares the in-place columns: those are its times
+        table = replace(table, rows=tuple(replace(r, out_of_place=r.in_place) for r in table.rows
+                                          if r.in_place is not None))
     return MeasuredRun(case.path, case.collective, table.nranks, case.dtype or table.dtype or "float",
                        table.redop or "sum", _points(table, case.path), log_facts(text), case.spec, case.env)
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ..calls import call_for_size
-from ..engines import Engine
+from ..engines import Des, Engine, NcclModel
 from ..errors import UsageError
 from ..job import Job, load_job
 from ..params import read_params
 from ..tuning.choose import priced
 
-__all__ = ["tuner_rows", "tuner_csv", "TUNER_HEADER", "TUNER_NAMES"]
+__all__ = ["tuner_rows", "tuner_csv", "calibrated_rows", "TUNER_HEADER", "TUNER_NAMES"]
 
 # plugins/tuner/example/nccl_tuner.conf's header and names (NCCL 2.26-2.30).
 TUNER_HEADER = "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
@@ -94,3 +94,24 @@ def tuner_csv(rows: Sequence[dict]) -> str:
             TUNER_NAMES["algorithm"][r["algorithm"]], TUNER_NAMES["protocol"][r["protocol"]], -1, r["nodes"],
             r["nranks"], -1, -1)))
     return "\n".join(lines) + "\n"
+
+
+def calibrated_rows(cal, progress: Callable[[int, int], None] | None = None) -> tuple[list[dict], list[str]]:
+    """tuner_rows for each collective and system of a calibration (studies.fit.Calibration), at its
+    measured sizes, by the calibrated engine: NCCL's time model where it was fitted, else the DES;
+    and a line for each collective no tuner plugin chooses for."""
+    fitted = cal.fit_of("nccl") or cal.fit_of("des")
+    engine = NcclModel(calibration=fitted.values()) if fitted.engine == "nccl" else Des(overrides=fitted.values())
+    rows: list[dict] = []
+    skipped: list[str] = []
+    done: set = set()
+    for run, job in zip(cal.runs, cal.jobs):
+        key = (run.collective, id(job))  # a table per collective and system measured
+        if key in done:
+            continue
+        done.add(key)
+        if run.collective not in TUNER_NAMES["collective"]:
+            skipped.append(f"{run.collective}: NCCL's tuner plugins choose no algorithm for it")
+            continue
+        rows += tuner_rows(job, run.collective, [n for n, _ in run.points], engine, progress)
+    return rows, skipped
