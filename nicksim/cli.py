@@ -678,6 +678,10 @@ def _key_numbers(items, flag: str) -> dict[str, float]:
 
 def _engine(args, name: str):
     """The engine the flags ask for, with its options."""
+    if args.calibration and not api.read_calibration(args.calibration, name):
+        table = "[set]" if name == "des" else "[nccl]"
+        raise api.UsageError(f"the calibration has no {table} table for the {name} engine", args.calibration,
+                             "a file nicksim calibrate wrote with --engine " + name)
     if name == "des":
         overrides = api.read_calibration(args.calibration) if args.calibration else {}
         overrides.update(_key_numbers(args.sets, "--set"))

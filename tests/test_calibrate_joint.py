@@ -159,6 +159,10 @@ def test_the_file_holds_each_engine_s_table(c01_calibration):
     nccl = api.read_calibration(c01_calibration, "nccl")
     assert nccl and all(k.startswith(("bw.", "lat.", "launch_us")) for k in nccl)
     assert api.read_calibration(c01_calibration, "des") == {}  # only NCCL's time model was fitted
+    # The DES asked to run with it says so, rather than run uncalibrated.
+    done = run_cli("perf", "all_reduce", "--system", "dgx-h100", "--engine", "des", "--calibration",
+                   str(c01_calibration))
+    assert done.returncode == 2 and "no [set] table for the des engine" in done.stderr
 
 
 def test_perf_prices_nccl_s_pick_with_the_calibrated_constants(c01_calibration, tmp_path):
