@@ -132,6 +132,19 @@ def test_better_on_what_it_saw_and_worse_on_what_it_did_not_is_over_fitted():
     assert over.over_fitted and not fine.over_fitted
 
 
+@pytest.mark.parametrize("table, needle", [
+    ('[nccl]\n"bw.Rnig/LL" = 0.8\n', "unknown time-model constant 'bw.Rnig/LL'"),
+    ('[nccl]\n"x.Ring/LL" = 0.8\n', "unknown time-model constant 'x.Ring/LL'"),
+    ('[nccl]\n"bw.Ring/LL" = 9\n', "a number from 0.05 to 4"),
+    ('[set]\n"net.efficiency" = 1.5\n', "at most 1.25"),
+    ('[other]\nx = 1\n', "no [set] or [nccl] table"),
+])
+def test_a_calibration_file_out_of_its_ranges_is_named(tmp_path, table, needle):
+    path = write(tmp_path, "cal.toml", table)
+    done = run_cli("perf", "all_reduce", "--system", "dgx-h100", "--calibration", str(path))
+    assert done.returncode == 2 and needle in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_holdout_specs():
     size = lambda t: api.parse_size(t, "--holdout")  # noqa: E731
     h = parse_holdout(["alternate", "size=2M,8M", "collective=allreduce", "nodes=4", "ranks=32"], size,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..calls import Call
-from ..constants.tuning_tables import PROTOCOLS
+from ..constants.tuning_tables import ALGORITHMS, PROTOCOLS
 from ..errors import UsageError
 from .choose import CommState
 from .cost import algo_terms
@@ -30,6 +30,8 @@ LAUNCH_US = "launch_us"
 LAT_BOUNDS = (0.05, 20.0)
 BW_BOUNDS = (0.05, 4.0)
 LAUNCH_BOUNDS_US = (0.0, 10000.0)
+_VALID_NAMES = (f"{LAUNCH_US}, lat.ALGO/PROTO or bw.ALGO/PROTO (ALGO one of {', '.join(ALGORITHMS)}; PROTO one of "
+                f"{', '.join(PROTOCOLS)})")
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,8 @@ def model_constant_names(algorithms: tuple[str, ...]) -> tuple[str, ...]:
 def _pair(name: str, where: str) -> tuple[str, str]:
     _, _, pair = name.partition(".")
     algorithm, _, protocol = pair.partition("/")
-    if not algorithm or protocol not in PROTOCOLS:
-        raise UsageError(f"unknown time-model constant '{name}'", where,
-                         f"{LAUNCH_US}, lat.ALGO/PROTO or bw.ALGO/PROTO (PROTO one of {', '.join(PROTOCOLS)})")
+    if algorithm not in ALGORITHMS or protocol not in PROTOCOLS:
+        raise UsageError(f"unknown time-model constant '{name}'", where, _VALID_NAMES)
     return algorithm, protocol
 
 
@@ -70,7 +71,7 @@ def check_model_value(name: str, value: float, where: str) -> None:
         _pair(name, where)
         low, high = BW_BOUNDS
     else:
-        _pair("?", where)
+        raise UsageError(f"unknown time-model constant '{name}'", where, _VALID_NAMES)
     if not (math.isfinite(value) and low <= value <= high):
         raise UsageError(f"{name} = {value:g}", where, f"a number from {low:g} to {high:g}")
 
