@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -58,6 +59,17 @@ def test_a_real_run_s_trace_is_one_measured_call_with_the_plan_it_ran(tmp_path):
     des = write(tmp_path, "des.json", json.dumps({"traceEvents": [], "otherData": {**other, "engine": "des"}}))
     with pytest.raises(api.UsageError, match="not of a real run"):
         read_measured([str(des)])
+
+
+def test_a_log_whose_channels_are_not_the_model_s_is_said(tmp_path):
+    # Rank 0's ring lines for 8 channels only, as a job that ran 8 would print them.
+    lines = [line for line in C01_LOG.read_text().splitlines()
+             if not re.search(r"NCCL INFO Channel (0[89]|1[0-5])/16 :", line)]
+    log = write(tmp_path, "eight.log", "\n".join(lines))
+    cal = api.calibrate_measured([log], system=str(C01_TOPO), gpu="h100", collective="all_reduce",
+                                 engines=["nccl"], min_nbytes=MiB)
+    assert cal.runs[0].facts.channels == 8
+    assert any("NCCL ran 8 channels, the model plans 16" in note for note in cal.notes), cal.notes
 
 
 # --- the done-means figures on C01 and C05 (NCCL's time model; the DES's are in docs/calibration.md) ----

@@ -484,6 +484,10 @@ def calibrate(runs: Sequence[MeasuredRun], jobs: Sequence[Job], engines: Sequenc
         raise UsageError("every measured size is held out or outside the sizes asked for", "--holdout / -b / -e",
                          "a hold-out that leaves sizes to fit")
     notes = []
+    for run, job in zip(runs, jobs):  # rank 0's "Channel xx/NN" lines: what NCCL built there
+        if run.facts.channels and run.facts.channels != job.comm.n_channels:
+            notes.append(f"{run.source}: NCCL ran {run.facts.channels} channels, the model plans "
+                         f"{job.comm.n_channels}: the system described differs from the one measured")
     if holdout and len(fitted) == len(obs):
         notes.append("--holdout matched no measured size: nothing was held out")
     fits = []
