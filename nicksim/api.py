@@ -435,7 +435,8 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
                        env: Sequence[str] = (), params: Params | None = None, engines: Sequence[str] = ("nccl", "des"),
                        holdout: Sequence[str] = (), fixed: Mapping[str, float] | None = None, min_nbytes: int = 0,
                        max_nbytes: int = 1 << 62, collective: str | None = None,
-                       progress: Callable[[str], None] | None = None, job: Job | None = None):
+                       progress: Callable[[str], None] | None = None, job: Job | None = None,
+                       processes: int = 1):
     """Both engines (or those named) fitted jointly to measured runs (studies.fit.Calibration).
 
     `measured`: nccl-tests output as pasted, its JSON, nicksim's own, or validation case files.
@@ -443,7 +444,8 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
     count a log states fill in what is not given, and the settings it says NCCL read apply (`env`
     wins). `holdout` as `--holdout` spells it (alternate, size=..., collective=..., nodes=...,
     ranks=...); `fixed` DES values (`--set` names) are kept, not fitted, and written with the fit.
-    `job` instead of the SYSTEM options: that system exactly, its settings under the log's."""
+    `job` instead of the SYSTEM options: that system exactly, its settings under the log's. The
+    DES's runs for each step of the fit go to `processes` processes."""
     from .calls import collective_name as coll_name
     from .engines import canonical_engine
     from .job import JobSpec
@@ -473,7 +475,8 @@ def calibrate_measured(measured: Sequence[str | Path], *, system: str | None = N
     hold = parse_holdout(list(holdout), lambda t: parse_size(t, "--holdout"), coll_name)
     runs = read_measured([str(m) for m in measured], coll_name(collective) if collective else None)
     jobs = jobs_for(runs, base, given, params if params is not None else settings(), tuple(env))
-    return fit(runs, jobs, tuple(dict.fromkeys(wanted)), hold, dict(fixed or {}), min_nbytes, max_nbytes, progress)
+    return fit(runs, jobs, tuple(dict.fromkeys(wanted)), hold, dict(fixed or {}), min_nbytes, max_nbytes, progress,
+               max(1, processes))
 
 
 def calibration_points(cal) -> Table:

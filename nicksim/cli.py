@@ -487,7 +487,7 @@ def _calibrate_arguments(ca) -> None:
     ca.add_argument("--values", type=_values(), default=None, metavar="V,V,...",
                     help="--fit's candidate values (default: " + ",".join(f"{v:g}" for v in fitting["values"]) + ")")
     ca.add_argument("-j", "--jobs", type=_int_at_least("-j", 1), default=None,
-                    help="--fit: processes running the DES (default: the CPUs, at most 8)")
+                    help="processes running the DES (default: the CPUs, at most 8)")
     ca.add_argument("-o", "--output", metavar="FILE",
                     help="write the calibration file ([set] for the DES, [nccl] for NCCL's time model), "
                          "for --calibration")
@@ -928,7 +928,7 @@ def _run_calibrate(args, params) -> int:
         cal = api.calibrate_measured(args.measured, **options, env=args.env, params=params,
                                      engines=args.engine or ["nccl", "des"], holdout=args.holdout, fixed=fixed,
                                      min_nbytes=args.minbytes, max_nbytes=args.maxbytes, collective=args.collective,
-                                     progress=progress.phase)
+                                     progress=progress.phase, processes=args.jobs or max(1, min(8, os.cpu_count() or 1)))
         table, skipped = api.calibrated_tuner(cal) if args.tuner else (None, [])
     print("\n".join(api.calibration_lines(cal)))
     for line in skipped:

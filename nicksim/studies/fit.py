@@ -290,6 +290,7 @@ class _Predictor:
         self.engine, self.runs, self.jobs, self.obs, self.fixed = engine, runs, jobs, obs, dict(fixed)
         self.count = 0
         self._last: tuple = (None, [])
+        self.pool = None  # a process pool for times_many, where the fit has one
 
     def results(self, values: Mapping[str, float], chosen: Sequence[int]):
         key = (tuple(sorted(values.items())), tuple(chosen))
@@ -319,6 +320,40 @@ class _Predictor:
     def times(self, values: Mapping[str, float], chosen: Sequence[int]) -> np.ndarray:
         return np.array([r.time_us for r in self.results(values, chosen)])
 
+    def times_many(self, many: Sequence[Mapping[str, float]], chosen: Sequence[int]) -> list[np.ndarray]:
+        """times() at each set of values: on the pool's processes where there is one."""
+        if self.pool is None or len(many) < 2:
+            return [self.times(values, chosen) for values in many]
+        self.count += len(many)
+        return list(self.pool.map(_worker_times, [(dict(values), list(chosen)) for values in many]))
+
+
+# A pool process's own predictor, made once by _start_worker from what the jobs were made of (a
+# Job does not pickle): process-local, set before the pool takes any task.
+_WORKER: dict[str, _Predictor] = {}
+
+
+def _start_worker(engine: str, runs, made: list[tuple], obs, fixed) -> None:
+    from ..job import load_job
+    from ..params import read_params
+    jobs = [load_job(spec, read_params(raw)) for spec, raw in made]
+    _WORKER["predictor"] = _Predictor(engine, runs, jobs, obs, fixed)
+
+
+def _worker_times(task: tuple[dict, list[int]]) -> np.ndarray:
+    values, chosen = task
+    return _WORKER["predictor"].times(values, chosen)
+
+
+def _pool_for(engine: str, runs, jobs, obs, fixed, processes: int):
+    """A process pool whose processes each hold the engine and the jobs, or None for one process."""
+    if processes < 2:
+        return None
+    from concurrent.futures import ProcessPoolExecutor
+    made = [(job.spec, dict(job.params.raw)) for job in jobs]
+    return ProcessPoolExecutor(max_workers=processes, initializer=_start_worker,
+                               initargs=(engine, list(runs), made, list(obs), dict(fixed)))
+
 
 def _differences(predict: _Predictor, params: Sequence[Parameter], x: np.ndarray,
                  values_of: Callable[[np.ndarray], dict[str, float]], chosen: list[int], progress,
@@ -326,14 +361,15 @@ def _differences(predict: _Predictor, params: Sequence[Parameter], x: np.ndarray
     """d log(time) / d x of every chosen observation for each of `params` (the entries of `x`),
     by forward differences from `x` (values_of turns an x into the engine's values)."""
     base = np.log(predict.times(values_of(x), chosen))
-    cols = []
+    steps, moved = [], []
     for j, p in enumerate(params):
-        moved = x.copy()
-        step = _step(p, moved[j])
-        moved[j] += step
-        cols.append((np.log(predict.times(values_of(moved), chosen)) - base) / step)
-        if progress is not None:
-            progress(f"{what}: {p.name}")
+        steps.append(_step(p, x[j]))
+        moved.append(x.copy())
+        moved[-1][j] += steps[-1]
+    if progress is not None:
+        progress(f"{what}: {len(params)} runs of the engine")
+    cols = [(np.log(t) - base) / step
+            for t, step in zip(predict.times_many([values_of(m) for m in moved], chosen), steps)]
     return np.array(cols).T if cols else np.zeros((len(chosen), 0))
 
 
@@ -371,9 +407,19 @@ def _determined(effects: np.ndarray, params: list[Parameter], n_obs: int) -> tup
 
 
 def _fit_engine(engine: str, runs, jobs, obs: list[Observation], params: list[Parameter], fixed: Mapping[str, float],
-                progress) -> EngineFit:
-    from scipy.optimize import least_squares  # only calibration needs SciPy
+                progress, processes: int = 1) -> EngineFit:
     predict = _Predictor(engine, runs, jobs, obs, fixed)
+    predict.pool = _pool_for(engine, runs, jobs, obs, fixed, processes)
+    try:
+        return _fit_with(predict, engine, obs, params, fixed, progress)
+    finally:
+        if predict.pool is not None:
+            predict.pool.shutdown()
+
+
+def _fit_with(predict: _Predictor, engine: str, obs: list[Observation], params: list[Parameter],
+              fixed: Mapping[str, float], progress) -> EngineFit:
+    from scipy.optimize import least_squares  # only calibration needs SciPy
     everything = list(range(len(obs)))
     fitted_idx = [i for i, o in enumerate(obs) if not o.held_out]
     measured = np.array([o.measured_us for o in obs])
@@ -473,10 +519,11 @@ def _pairs_used(runs, jobs, obs: list[Observation]) -> list[tuple[str, str]]:
 
 def calibrate(runs: Sequence[MeasuredRun], jobs: Sequence[Job], engines: Sequence[str] = FIT_ENGINES,
               holdout: Holdout = Holdout(), fixed: Mapping[str, float] | None = None, min_nbytes: int = 0,
-              max_nbytes: int = 1 << 62, progress: Callable[[str], None] | None = None) -> Calibration:
+              max_nbytes: int = 1 << 62, progress: Callable[[str], None] | None = None,
+              processes: int = 1) -> Calibration:
     """Each engine of `engines` fitted to `runs`, run `k` measured on `jobs[k]` (see the module
     docstring); `fixed` DES values (`--set`) are kept as given; only sizes from `min_nbytes` to
-    `max_nbytes` count."""
+    `max_nbytes` count. The DES's runs for one Jacobian go to `processes` processes."""
     fixed = dict(fixed or {})
     obs = _observations(runs, jobs, holdout, min_nbytes, max_nbytes)
     fitted = [o for o in obs if not o.held_out]
@@ -495,7 +542,7 @@ def calibrate(runs: Sequence[MeasuredRun], jobs: Sequence[Job], engines: Sequenc
         if engine == "des":
             from ..model.engine import default_params  # SimPy loads only for the DES
             params = [p for p in des_parameters(default_params(jobs[0])) if p.name not in fixed]
-            fits.append(_fit_engine("des", runs, jobs, obs, params, fixed, progress))
+            fits.append(_fit_engine("des", runs, jobs, obs, params, fixed, progress, processes))
         else:
             usable = [o for o in obs if not COLLECTIVE_TABLE[runs[o.run].collective].p2p]
             if not [o for o in usable if not o.held_out]:
