@@ -1,11 +1,12 @@
 """`nicksim validate`: cases, errors by size band, the report, and the project's accuracy baseline."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, run_cli
-from nicksim.studies.validate import find_cases, load_case, run_case, summary
+from nicksim.studies.validate import find_cases, load_case, report_tail, run_case, summary
 
 MiB = 1 << 20
 
@@ -60,6 +61,18 @@ def test_errors_are_predicted_over_measured_and_banded(tmp_path):
     s = summary([result, other])
     assert s["geomean_pct"] == pytest.approx(37.5, abs=0.3) and s["mean_pct"] == pytest.approx(40.6, abs=0.3)
     assert s["geomean_every_size_pct"] == pytest.approx(37.5, abs=0.3)
+
+
+def test_the_median_over_cases_counts_each_case_once(tmp_path):
+    # One case 25% off at its 6 sizes >= 1 MiB, two 56.25% off at 2 sizes each: pooled, the 6 sizes of the first
+    # outvote the other two cases (median 25%); over cases, each case's median counts once (56.25%).
+    many = run_case(load_case(write_case(tmp_path, model_output(tmp_path, scale=1.25).name)), "model")
+    few = run_case(load_case(write_case(tmp_path, model_output(tmp_path, scale=1.5625).name)), "model")
+    few = replace(few, points=tuple(p for p in few.points if p.nbytes >= 1 << 20)[:2])
+    s = summary([many, few, few])
+    assert s["median_pct"] == pytest.approx(25.0, abs=0.2)
+    assert s["case_median_pct"] == pytest.approx(56.25, abs=0.3)
+    assert "# over cases: the median of each case's median |error| 56." in "\n".join(report_tail([many, few, few]))
 
 
 def test_known_choices_are_checked(tmp_path):

@@ -332,8 +332,12 @@ def summary(results: list[CaseResult]) -> dict:
     large = [e for r in ran for e in r.scored_large()]
     meeting = [r.case.name for r in ran if _meets(r)]
     expected = [p.expected_ok for r in ran for p in r.points if p.expected is not None]
+    # Each case counted once, however many sizes it has: a case of 30 sizes does not outvote two of 10.
+    per_case = [m for m in (_median(r.scored()) for r in ran) if m is not None]
+    per_case_large = [m for m in (_median(r.scored_large()) for r in ran) if m is not None]
     return {"cases": len(results), "ran": len(ran), "points": len(scored),
             "median_pct": _median(scored), "median_ge256m_pct": _median(large),
+            "case_median_pct": _median(per_case), "case_median_ge256m_pct": _median(per_case_large),
             "geomean_pct": _geomean(scored), "geomean_every_size_pct": _geomean(every),
             "mean_pct": statistics.fmean(scored) if scored else None,
             "worst_pct": max(scored) if scored else None, "meeting_targets": meeting,
@@ -412,6 +416,8 @@ def report_tail(results: list[CaseResult], unexpressed: list[str] = ()) -> list[
               f"{_pct(s['median_pct'], 0)}%, at >= 256 MiB {_pct(s['median_ge256m_pct'], 0)}%, worst "
               f"{_pct(s['worst_pct'], 0)}%; targets (median <= 10%, <= 5% at >= 256 MiB) met by "
               f"{len(s['meeting_targets'])} of {s['ran']}",
+              f"# over cases: the median of each case's median |error| {_pct(s['case_median_pct'], 0)}%, at "
+              f">= 256 MiB {_pct(s['case_median_ge256m_pct'], 0)}%",
               f"# means of |error|: geometric {_pct(s['geomean_pct'], 0)}% over sizes >= 1 MiB "
               f"({_pct(s['geomean_every_size_pct'], 0)}% over every size), arithmetic {_pct(s['mean_pct'], 0)}%"]
     if s["expected_choices"]:
