@@ -21,7 +21,8 @@ from typing import Iterable, Iterator
 
 from ..errors import UsageError
 from ..files import open_input
-from ..formats.logs import parse_call, parse_line
+from ..formats.logs import VERSION_LINE, parse_call, parse_line
+from ..formats.report import DEVICE_LINE
 from .evidence import Event, Evidence
 from .flight_recorder import rank_in_name, read_flight_recorder
 
@@ -49,7 +50,6 @@ _DUMP_SIGNAL = re.compile(r"Received a dump signal due to a collective timeout f
 _PG_RANK = re.compile(r"\[PG (.*?) ?Rank (\d+)\]")
 _RANK_TAG = re.compile(r"\[Rank (\d+)\]|\[rank(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:")
 _COMM = re.compile(r"comm (0x[0-9a-fA-F]+) rank (\d+) nranks (\d+)")
-_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 # param.cc ends an integer's line with a period ("... set by environment to 8388608."), not part of it
 _SETTING = re.compile(r"\b(NCCL_[A-Z0-9_]+)(?: set by environment to |=)([^\s,;'\"()]+?)\.?(?=[\s,;'\"()]|$)")
 _SET_BY_ENV = " set by environment to "
@@ -73,8 +73,6 @@ _DESYNC_NEVER = re.compile(r"ranks \[([\d, ]+)\] are the lagging ranks that caus
 # "; OOB ibp75s0:..."
 _BOOTSTRAP_IFACE = re.compile(r"(?:Bootstrap ?: Using (?:\[\d+\])?|; OOB )([^\s:\[\]]+):([0-9a-fA-F.:%\w]*?)<")
 # nccl-tests' device list: "#  Rank  0 Group  0 Pid  1234 on host device  0 [0x01] NVIDIA A100"
-_TEST_DEVICE = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
-                          r"\[[^\]]*\]\s+(.+)")
 _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 # What a line says went wrong, most specific first; a line is of the first kind it matches. Each kind
 # has the plain words one of its patterns needs (checked first: most lines have none) and whether it
@@ -348,7 +346,7 @@ class _Collector:
             self.test_results += 1
             return
         if "Rank" in text and " device " in text:
-            device = _TEST_DEVICE.search(text)
+            device = DEVICE_LINE.search(text)
             if device:
                 self.test_devices.add((int(device.group(1)), device.group(2), int(device.group(3)),
                                        device.group(4).strip()))
@@ -384,7 +382,7 @@ class _Collector:
         if "Using" in text:
             self._interfaces(text, rank if rank is not None else source, source)
         if "NCCL version" in text:
-            version = _VERSION.search(text)
+            version = VERSION_LINE.search(text)
             if version:
                 self.versions[source] = version.group(1)
         if " nranks " in text:

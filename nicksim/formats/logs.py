@@ -22,7 +22,7 @@ from typing import IO, Iterable
 from ..constants.rules import rules_for_minor
 
 __all__ = ["LEVELS", "SUBSYSTEMS", "DEFAULT_SUBSYS", "DebugConfig", "Identity", "LogLine", "LogSink", "JobLog", "default_subsys",
-           "debug_config", "format_line", "parse_line", "parse_call", "read_job_log", "expand_debug_file", "line_kind"]
+           "debug_config", "format_line", "parse_line", "parse_call", "read_job_log", "expand_debug_file", "line_kind", "VERSION_LINE"]
 
 # debug.cc ncclDebugInit: the levels NCCL_DEBUG names, in NCCL's order (NCCL_LOG_NONE is 0).
 LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
@@ -276,6 +276,8 @@ def line_kind(text: str) -> str | None:
     return None
 
 
+# init.cc's banner, "NCCL version 2.22.3+cuda12.2" (also in nccl-tests' header from 2.17)
+VERSION_LINE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _COMM = re.compile(r"^comm (0x[0-9a-f]+) rank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+) localRank (\d+)")
 _RING = re.compile(r"^Channel (\d+)/(\d+) :((?: +\d+)+)$")
 _TREE = re.compile(r"\[(\d+)\] (-?\d+)/(-?\d+)/(-?\d+)->(\d+)->(-?\d+)")

@@ -26,6 +26,7 @@ from ..calls import COLLECTIVE_TABLE, COLLECTIVES, DTYPES, call_for_size, collec
 from ..errors import UsageError
 
 __all__ = [
+    "DEVICE_LINE",
     "run_header",
     "step_text",
     "NCCL_TESTS_LATEST",
@@ -815,6 +816,10 @@ _COLUMNS = re.compile(r"#\s+size\s+count\s+type\b")
 _NTHREAD = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _NICKSIM = re.compile(r"#\s*nicksim \w+ \w+: .*?\b(\d+) ranks\b")  # perf/run's first line (engines.describe)
 _DEVICE = re.compile(r"#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\b")
+# A whole device line: "#  Rank  0 Group  0 Pid  1234 on host device  0 [0x01] NVIDIA A100" (Group since
+# 2.13, Pid since 2.7): rank, host, device, the GPU's name.
+DEVICE_LINE = re.compile(r"#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+(\d+)\s+"
+                         r"\[[^\]]*\]\s+(.+)")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _CONCLUDED_LINE = re.compile(r"#\s*Collective test concluded:\s*(\S+)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")

@@ -22,8 +22,8 @@ from pathlib import Path
 from ..calls import collective_name
 from ..errors import UsageError
 from ..files import read_input
-from ..formats.logs import parse_line, read_job_log
-from ..formats.report import read_results
+from ..formats.logs import VERSION_LINE, parse_line, read_job_log
+from ..formats.report import DEVICE_LINE, read_results
 from ..job import JobSpec
 from ..params import Params
 from .validate import find_cases, load_case
@@ -38,10 +38,8 @@ IGNORED_SETTINGS = frozenset({
     "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET", "NCCL_NET_PLUGIN",
     "NCCL_TUNER_PLUGIN", "NCCL_COMM_ID", "NCCL_HOSTID", "NCCL_CUMEM_ENABLE", "NCCL_IB_GID_INDEX",
 })
-_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _PERF_BINARY = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf\b")
-_DEVICE = re.compile(r"#\s+Rank\s+\d+ Group\s+\d+ Pid\s+\d+ on\s+\S+ device\s+\d+ \[[^\]]*\] (.+?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -96,13 +94,13 @@ def log_facts(text: str) -> LogFacts:
     gpus: list[str] = []
     nccl_lines: list[str] = []
     for raw in text.splitlines():
-        device = _DEVICE.search(raw)
+        device = DEVICE_LINE.search(raw)
         if device:
-            gpus.append(device.group(1))
+            gpus.append(device.group(4).strip())
             continue
         if "NCCL" not in raw:
             continue
-        if version is None and (m := _VERSION.search(raw)):
+        if version is None and (m := VERSION_LINE.search(raw)):
             version = m.group(1)
         nccl_lines.append(raw)
     job_log = read_job_log(nccl_lines)
