@@ -100,6 +100,8 @@ def test_a_case_without_its_measurements_is_reported_not_run_and_fails(tmp_path)
     ('measured = "x"\ncollective = "all_reduce"\n[system]\nnodes = 2\n', "names no system"),
     ('measured = "x"\ncollective = [\n', "not TOML"),
     ('measured = "x"\ncollective = "all_reduce"\nexpect = 3\n[system]\nsystem = "dgx-h100"\n', "[expect]"),
+    ('measured = "x"\ncollective = "all_reduce"\nngpus = 0\n[system]\nsystem = "dgx-h100"\n', "ngpus = 0"),
+    ('measured = "x"\ncollective = "all_reduce"\nngpus = "8"\n[system]\nsystem = "dgx-h100"\n', "ngpus"),
 ])
 def test_a_bad_case_file_is_one_line_naming_it(tmp_path, text, complaint):
     (tmp_path / "bad.toml").write_text(text)

@@ -18,6 +18,7 @@ from ..errors import UsageError
 from ..files import read_input
 from ..job import Job
 from ..constants.device import CUDA_DEVICES, CudaDevice
+from ..constants.host import HOST_CALL_US
 from ..formats.report import (NCCL_TESTS_LATEST, IterStats, MeasuredTable, ResultRow, RankDevice, RunSetup,
                               claim_json_path, closing_lines, format_row, measurement, memory_max_nbytes,
                               nccl_version_code, preamble, read_results, reduced_sizes, reducing_lines, results_json,
@@ -25,7 +26,8 @@ from ..formats.report import (NCCL_TESTS_LATEST, IterStats, MeasuredTable, Resul
 from ..formats.tables import Records
 from ..tuning.cost import format_tuning_table
 
-__all__ = ["parse_size", "sweep_sizes", "MAX_SIZES", "perf_rows", "result_row_of", "PerfOptions", "Perf", "run_perf", "Comparison", "compare", "format_comparison", "size_band",
+__all__ = ["parse_size", "sweep_sizes", "MAX_SIZES", "perf_rows", "result_row_of", "host_enqueue_us",
+           "PerfOptions", "Perf", "run_perf", "Comparison", "compare", "format_comparison", "size_band",
            "measured_table", "measured_table_of", "all_dtypes", "ALL_REDOPS", "UNMODELLED_REDOPS",
            "release_at_least", "NICKSIM"]
 
@@ -74,20 +76,23 @@ def sweep_sizes(min_nbytes: int, max_nbytes: int, step_factor: int | None = 2, s
 
 def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float", redop: str = "sum",
               root: int = 0, engine: Engine | str = "nccl",
-              on_row: Callable[[ResultRow | None, CallResult], None] | None = None, prepared=None
-              ) -> list[tuple[ResultRow | None, CallResult]]:
+              on_row: Callable[[ResultRow | None, CallResult], None] | None = None, prepared=None,
+              gpus_per_thread: int = 1) -> list[tuple[ResultRow | None, CallResult]]:
     """One nccl-tests row per size, answered by `engine` (a name, or an Engine made with its
     options), with the engine's plan attached; `on_row(row, result)` hears of each as it is ready.
     A run that hangs ends the list with (None, its result); `prepared` is the engine's set-up of
-    the job where it was made already."""
+    the job where it was made already. nccl-tests queues its iterations back to back, so a priced
+    row takes the longer of the GPUs' time and what one thread spends enqueuing the call on its
+    `gpus_per_thread` GPUs (-g, `host_enqueue_us`); a measured row is what was measured."""
     engine = engine_named(engine) if isinstance(engine, str) else engine
     job.graphs  # a job without GPUs says so before anything else does
     if not 0 <= root < job.nranks:
         raise UsageError(f"root {root} is not a rank of this job", "-r", f"0..{job.nranks - 1}")
     out: list[tuple[ResultRow | None, CallResult]] = []
+    floor_us = 0.0 if engine.name == "real" else host_enqueue_us(gpus_per_thread)
 
     def done(result: CallResult) -> None:
-        row = None if result.hang is not None else result_row_of(result)
+        row = None if result.hang is not None else result_row_of(result, floor_us)
         out.append((row, result))
         if on_row is not None:
             on_row(row, result)
@@ -97,13 +102,21 @@ def perf_rows(job: Job, collective: str, sizes: list[int], dtype: str = "float",
     return out
 
 
-def result_row_of(result: CallResult) -> ResultRow:
+def host_enqueue_us(gpus_per_thread: int) -> float:
+    """What one nccl-tests thread spends per iteration enqueuing the call on its `gpus_per_thread`
+    GPUs (constants/host.py): the least time an iteration of its timed loop can take."""
+    return gpus_per_thread * HOST_CALL_US
+
+
+def result_row_of(result: CallResult, floor_us: float = 0.0) -> ResultRow:
     """The nccl-tests row of one answered call: out of place and in place (the same call to an
-    engine that prices one; a zero-byte call still costs a launch in nccl-tests)."""
+    engine that prices one; a zero-byte call still costs a launch in nccl-tests), each taking at
+    least `floor_us` (the thread's enqueue, `host_enqueue_us`)."""
     call = result.call
-    out = measurement(call.collective, call.nranks, call.nbytes, max(result.time_us, 1e-3), result.nwrong[0])
+    out = measurement(call.collective, call.nranks, call.nbytes, max(result.time_us, floor_us, 1e-3),
+                      result.nwrong[0])
     inp = out if result.in_place_time_us is None else measurement(
-        call.collective, call.nranks, call.nbytes, max(result.in_place_time_us, 1e-3), result.nwrong[1])
+        call.collective, call.nranks, call.nbytes, max(result.in_place_time_us, floor_us, 1e-3), result.nwrong[1])
     return ResultRow(call.nbytes, call.count, call.dtype, call.redop, call.root, out, inp, result.plan_dict())
 
 
@@ -439,7 +452,7 @@ def run_perf(job: Job, engine: Engine | str, options: PerfOptions, emit: Callabl
             emit_row(row, result)
             combo_rows.append((row, result))
 
-        perf_rows(job, collective, sizes, dtype, redop, root, engine, row_done, prepared)
+        perf_rows(job, collective, sizes, dtype, redop, root, engine, row_done, prepared, options.ngpus)
         hang = results[-1].hang if results else None
         if hang is not None:
             break

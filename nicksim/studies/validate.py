@@ -28,6 +28,7 @@ Schema (`collective`, `[system]`'s `system`, and one of `rows` and `measured` ar
     nranks = 16          # which table of the rows or file (with the collective); `table = 2`: the 2nd
     dtype = "float"      # default: the table's
     in_place = false     # compare the in-place columns
+    ngpus = 1            # nccl-tests -g: GPUs one thread drives (8: one process for the node)
     gap = ""             # why the case cannot be met, where it cannot
     [system]             # JobSpec fields: system nodes nccl_version gpu gpus_per_node fabric nics_per_node
     system = "dgx-b200"  #   nic_gbps oversubscription hosts_per_leaf rail_optimized switch_lat_us sharp
@@ -72,7 +73,7 @@ BANDS = (("<64K", 0, 64 << 10), ("64K-16M", 64 << 10, 16 * MiB), ("16M-256M", 16
 SCORED_MIN_NBYTES = 1 * MiB
 
 _CASE_KEYS = {"title", "source", "measured", "rows", "collective", "nranks", "table", "dtype", "in_place", "gap",
-              "system", "env", "expect", "name"}
+              "system", "env", "expect", "name", "ngpus"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Case:
     gap: str = ""
     expect: tuple[tuple[int, str], ...] = ()
     rows: str | None = None
+    ngpus: int = 1
 
     @property
     def origin(self) -> str:
@@ -234,7 +236,16 @@ def load_case(path: str | Path) -> Case:
         table=_typed(doc.get("table", 1), int, f"{where}: table"),
         dtype=_case_dtype(doc["dtype"], f"{where}: dtype") if "dtype" in doc else None,
         in_place=_typed(doc.get("in_place", False), bool, f"{where}: in_place"),
-        gap=_typed(doc.get("gap", ""), str, f"{where}: gap"), expect=tuple(sorted(expect)))
+        gap=_typed(doc.get("gap", ""), str, f"{where}: gap"), expect=tuple(sorted(expect)),
+        ngpus=_ngpus(doc.get("ngpus", 1), where))
+
+
+def _ngpus(value, where: str) -> int:
+    """A case's nccl-tests -g: a whole number of GPUs, at least 1."""
+    ngpus = _typed(value, int, f"{where}: ngpus")
+    if ngpus < 1:
+        raise UsageError(f"ngpus = {ngpus}", where, "nccl-tests' -g: 1 or more GPUs per thread")
+    return ngpus
 
 
 def _case_dtype(value, where: str) -> str:
@@ -283,6 +294,9 @@ def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | N
     try:
         table = measured_table_of(case.measured_text(), case.origin, case.collective, case.nranks, case.table)
         job = load_job(case.spec, read_params({}, [f"{k}={v}" for k, v in case.env]))
+        if (job.nranks // job.spec.nodes) % case.ngpus:
+            raise UsageError(f"ngpus = {case.ngpus}: a node's {job.nranks // job.spec.nodes} GPUs do not split into "
+                             f"threads of {case.ngpus}", case.path, "an ngpus dividing the GPUs of a node")
         if table.nranks is not None and table.nranks != job.nranks:
             raise UsageError(f"the system has {job.nranks} ranks, the measurements {table.nranks}", case.path,
                              "a [system] with as many GPUs as the measured run")
@@ -295,7 +309,8 @@ def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | N
         dtype = case.dtype or table.dtype or "float"
         answer = engine_named(engine, overrides=calibration or {}) if engine == "des" else \
             engine_named(engine, calibration=calibration or {})
-        rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, answer)
+        rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, answer,
+                         gpus_per_thread=case.ngpus)
     except NickSimError as exc:
         return CaseResult(case, engine, error=exc.line())
     expect = dict(case.expect)
@@ -434,6 +449,8 @@ def _spec_text(case: Case) -> str:
         value = getattr(spec, key)
         if value:
             parts.append(f"{key}={value}")
+    if case.ngpus > 1:
+        parts.append(f"-g {case.ngpus}")
     parts += [f"{k}={v}" for k, v in case.env]
     return ", ".join(parts)
 
