@@ -103,6 +103,7 @@ __all__ = [
     "measured_table", "real_trace", "read_calibration",
     # studies
     "Table", "sweep", "read_grid", "rows_csv", "fit_lines", "calibration_text", "validate", "Validation",
+    "leave_one_source_out", "check_loso", "loso_lines",
     "calibrate_measured", "calibration_lines", "calibration_file_text", "calibrated_tuner", "describe_host",
     "calibration_points", "calibration_parameters",
     "HostDescription", "copy_gbps",
@@ -631,6 +632,27 @@ def validate(cases: str | Path | None = None, engines: Sequence[str] = ("nccl",)
                 on_case(engine, done[-1], sum(map(len, results.values())) + len(done), total)
         results[engine] = tuple(done)
     return Validation(results)
+
+
+def leave_one_source_out(name: str, values: Sequence[float], cases: str | Path | None = None,
+                         on_run: Callable[[int, int], None] | None = None):
+    """Whether DES parameter `name`'s best value among `values`, chosen on the other sources' cases,
+    helps each source's own (studies/loso.py): a SourceStudy."""
+    from .studies.loso import check_study, leave_one_source_out as study
+    check_study(name, values)
+    return study(_cases(cases), name, values, on_run=on_run)
+
+
+def check_loso(name: str, values: Sequence[float]) -> None:
+    """A UsageError unless `name` is a DES parameter `values` may be given to."""
+    from .studies.loso import check_study
+    check_study(name, values)
+
+
+def loso_lines(study) -> list[str]:
+    """A leave-one-source-out study as `nicksim validate --loso` prints it."""
+    from .studies.loso import format_loso
+    return format_loso(study)
 
 
 def validation_head(engine: str) -> list[str]:

@@ -451,6 +451,10 @@ def _validate_arguments(va) -> None:
                          "DES, [nccl] NCCL's time model)")
     va.add_argument("-J", "--output-json", metavar="FILE", help="write every case's points and errors as JSON")
     va.add_argument("--plots", metavar="DIR", help="write one PNG per case here: measured and predicted busbw")
+    va.add_argument("--loso", action="append", default=[], metavar="NAME=V1,V2,...",
+                    help="leave one source out: run the DES at each value of a parameter (and its own) and say, "
+                         "for each publisher's cases, whether the value the others' cases pick helps them "
+                         "(repeatable; instead of the report)")
     va.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     va.set_defaults(run=_run_validate)
 
@@ -879,7 +883,39 @@ def _run_sweep(args, params) -> int:
     return 0
 
 
+def _loso_spec(text: str) -> tuple[str, list[float]]:
+    name, sep, values = text.partition("=")
+    try:
+        numbers = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        numbers = []
+    if not sep or not numbers:
+        raise api.UsageError(f"'{text}'", "--loso", "NAME=V1,V2,... (a DES parameter and numbers)")
+    return name.strip(), numbers
+
+
+def _run_loso(args) -> int:
+    if args.engine and set(args.engine) != {"des"}:
+        raise api.UsageError("--loso studies DES parameters", "--engine", "--engine des or none")
+    specs = [_loso_spec(text) for text in args.loso]
+    for name, values in specs:  # every study said wrong before any runs
+        api.check_loso(name, values)
+    with api.Progress("nicksim validate --loso") as progress:
+        for name, values in specs:
+            progress.phase(f"{name}: every case at each value")
+
+            def ran(done: int, total: int) -> None:
+                progress.total(total)
+                progress.advance()
+            study = api.leave_one_source_out(name, values, args.cases, ran)
+            for line in api.loso_lines(study):
+                progress.say(line)
+    return 0
+
+
 def _run_validate(args, params) -> int:
+    if args.loso:
+        return _run_loso(args)
     if args.plots:  # said before the cases run
         api.need_matplotlib("--plots")
     shown: dict[str, list] = {}  # engine -> its results so far: the report is printed as cases finish
