@@ -74,3 +74,39 @@ def test_a_case_says_how_many_gpus_a_thread_drove(tmp_path):
 def test_a_thread_cannot_drive_gpus_the_node_does_not_split_into(tmp_path):
     result = run_case(_case(tmp_path, "three", "ngpus = 3\n"), "nccl")
     assert "ngpus = 3" in result.error and "8 GPUs" in result.error
+
+
+PASTED = """# nThread 1 nGpus 8 minBytes 1024 maxBytes 1024 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+        1024           256     float     sum      -1    40.00    0.03    0.04      0    40.00    0.03    0.04      0
+"""
+
+
+def test_nccl_tests_output_says_its_gpus_per_thread(tmp_path):
+    from nicksim.formats.report import read_results
+    (table,) = read_results(PASTED)
+    assert table.ngpus == 8
+    (table,) = read_results(PASTED.replace("nGpus 8", "nGpus 1"))
+    assert table.ngpus == 1
+
+
+def test_a_case_of_pasted_output_takes_its_gpus_per_thread_from_it(tmp_path):
+    path = tmp_path / "pasted.toml"
+    path.write_text(f'collective = "all_reduce"\nrows = """\n{PASTED}"""\n[system]\nsystem = "dgx-h100"\n')
+    point = run_case(load_case(path), "nccl").points[0]
+    assert point.predicted_busbw_gbps == pytest.approx(1024 * 1.75 / host_enqueue_us(8) / 1e3, rel=1e-3)
+
+
+def test_calibration_prices_a_minus_g_8_run_as_nccl_tests_times_it(tmp_path, job):
+    from nicksim.studies.fit import _observations, Holdout
+    from nicksim.studies.measured import read_measured
+    log = tmp_path / "g8.log"
+    log.write_text(PASTED)
+    (run,) = read_measured([str(log)], "all_reduce")
+    assert run.ngpus == 8
+    (obs,) = _observations([run], [job], Holdout(frozenset(), False, frozenset(), frozenset(), frozenset()), 0,
+                           1 << 40)
+    assert obs.floor_us == host_enqueue_us(8)

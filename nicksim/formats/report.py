@@ -132,8 +132,9 @@ class MeasuredTable:
     """One table found by read_results: the collective (None if the source does not name it),
     the rank count (None if unknown), the type and reduction shared by all rows (None if they
     differ or are not given), the rows in source order, the 1-based line where the table starts
-    (its column header, first row, or `# collective=` comment; 1 for JSON) and the average bus
-    bandwidth the source printed in its footer, in GB/s."""
+    (its column header, first row, or `# collective=` comment; 1 for JSON), the average bus
+    bandwidth the source printed in its footer, in GB/s, and the GPUs each thread drove (nccl-tests
+    -g: `nGpus`, None where the source does not say)."""
 
     collective: str | None
     nranks: int | None
@@ -142,6 +143,7 @@ class MeasuredTable:
     rows: tuple[ResultRow, ...]
     source_line: int
     avg_busbw_gbps: float | None = None
+    ngpus: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -919,7 +921,8 @@ def _common(values) -> str | None:
 def _finish(table: _Table) -> MeasuredTable:
     rows = tuple(table.rows)
     return MeasuredTable(table.collective or table.run.collective, table.run.nranks(),
-                         _common(r.dtype for r in rows), _common(r.redop for r in rows), rows, table.line, table.avg)
+                         _common(r.dtype for r in rows), _common(r.redop for r in rows), rows, table.line, table.avg,
+                         table.run.ngpus)
 
 
 class _CaseBlock:
@@ -1154,8 +1157,10 @@ def _read_json(text: str, source: str) -> list[MeasuredTable]:
     avg = avg.get("bandwidth", avg.get("bandwidith")) if isinstance(avg, dict) else None
     avg = float(avg) if isinstance(avg, (int, float)) and not isinstance(avg, bool) else None
     rows = tuple(rows)
+    gpus = config.get("ngpus") if isinstance(config, dict) else None
+    gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1 else None
     return [MeasuredTable(collective, nranks, _common(r.dtype for r in rows), _common(r.redop for r in rows),
-                          rows, 1, avg)]
+                          rows, 1, avg, gpus)]
 
 
 def read_results(text: str, source: str = "<input>") -> list[MeasuredTable]:

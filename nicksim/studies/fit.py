@@ -33,6 +33,7 @@ from ..job import Job
 from ..model.hwparams import EFFICIENCY_MAX, DesParams
 from ..tuning.calibrated import BW_BOUNDS, LAT_BOUNDS, LAUNCH_BOUNDS_US, LAUNCH_US
 from .measured import MeasuredRun
+from .perf import host_enqueue_us
 
 __all__ = ["Parameter", "Holdout", "parse_holdout", "Observation", "ParamFit", "PointFit", "EngineFit",
            "Calibration", "des_parameters", "model_parameters", "calibrate", "format_calibration",
@@ -166,13 +167,14 @@ def parse_holdout(specs: Sequence[str], parse_size: Callable[[str], int], collec
 
 @dataclass(frozen=True)
 class Observation:
-    """One measured size of one run: which run (index into the runs), the size, the measured time
-    and whether the fit leaves it out."""
+    """One measured size of one run: which run (index into the runs), the size, the measured time,
+    whether the fit leaves it out, and the least time the run's loop allows (perf.host_enqueue_us)."""
 
     run: int
     nbytes: int
     measured_us: float
     held_out: bool
+    floor_us: float = 0.0  # the nccl-tests thread's enqueue (-g): no engine time is below it
 
 
 def _observations(runs: Sequence[MeasuredRun], jobs: Sequence[Job], holdout: Holdout, min_nbytes: int,
@@ -181,9 +183,10 @@ def _observations(runs: Sequence[MeasuredRun], jobs: Sequence[Job], holdout: Hol
     for k, (run, job) in enumerate(zip(runs, jobs)):
         sizes = sorted((n, t) for n, t in run.points if min_nbytes <= n <= max_nbytes)
         whole = (run.collective in holdout.collectives or job.nodes in holdout.nodes or job.nranks in holdout.ranks)
+        floor = host_enqueue_us(run.ngpus)
         for i, (nbytes, time_us) in enumerate(sizes):
             held = whole or nbytes in holdout.sizes or (holdout.alternate and i % 2 == 1)
-            out.append(Observation(k, nbytes, time_us, held))
+            out.append(Observation(k, nbytes, time_us, held, floor))
     return out
 
 
@@ -318,7 +321,11 @@ class _Predictor:
         return self._last[1]
 
     def times(self, values: Mapping[str, float], chosen: Sequence[int]) -> np.ndarray:
-        return np.array([r.time_us for r in self.results(values, chosen)])
+        """The times nccl-tests would print: the engine's, or the thread's enqueue where longer."""
+        return self._floored(np.array([r.time_us for r in self.results(values, chosen)]), chosen)
+
+    def _floored(self, times: np.ndarray, chosen: Sequence[int]) -> np.ndarray:
+        return np.maximum(times, [self.obs[i].floor_us for i in chosen])
 
     def times_many(self, many: Sequence[Mapping[str, float]], chosen: Sequence[int]) -> list[np.ndarray]:
         """times() at each set of values: on the pool's processes where there is one."""
@@ -469,7 +476,8 @@ def _fit_with(predict: _Predictor, engine: str, obs: list[Observation], params: 
                                        None if s is None else (value + p.offset) * s))
         else:
             out_params.append(ParamFit(p.name, p.what, p.default, held[j], None, why[j]))
-    points = tuple(PointFit(o, b.time_us, a.time_us, a.algorithm, a.protocol) for o, b, a in zip(obs, before, after))
+    points = tuple(PointFit(o, max(b.time_us, o.floor_us), max(a.time_us, o.floor_us), a.algorithm, a.protocol)
+                   for o, b, a in zip(obs, before, after))
     return EngineFit(engine, tuple(out_params), points, tuple(sorted(fixed.items())), predict.count)
 
 

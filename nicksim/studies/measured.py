@@ -60,8 +60,8 @@ class LogFacts:
 @dataclass(frozen=True)
 class MeasuredRun:
     """One measured table: where it is (`source`, file and table), the collective, ranks, type and
-    reduction, each size with its out-of-place time (us), the file's LogFacts, and for a case file
-    the system and settings it states (`spec`, `env`)."""
+    reduction, each size with its out-of-place time (us), the file's LogFacts, for a case file the
+    system and settings it states (`spec`, `env`), and the GPUs each nccl-tests thread drove (-g)."""
 
     source: str
     collective: str
@@ -72,6 +72,7 @@ class MeasuredRun:
     facts: LogFacts
     spec: JobSpec | None = None
     env: tuple[tuple[str, str], ...] = ()
+    ngpus: int = 1
 
 
 def _fabric_of(network: str, text_lines: list[str]) -> str | None:
@@ -168,7 +169,7 @@ def _runs_of_file(path: Path, collective: str | None) -> list[MeasuredRun]:
             raise UsageError(f"the table at line {table.source_line} names no collective", str(path),
                              "--collective COLL, or output with its '# Collective test starting' line")
         runs.append(MeasuredRun(source, named, table.nranks, table.dtype or "float", table.redop or "sum",
-                                _points(table, source), facts))
+                                _points(table, source), facts, ngpus=table.ngpus or 1))
     return runs
 
 
@@ -179,7 +180,8 @@ def _run_of_case(case) -> MeasuredRun:
         table = replace(table, rows=tuple(replace(r, out_of_place=r.in_place) for r in table.rows
                                           if r.in_place is not None))
     return MeasuredRun(case.path, case.collective, table.nranks, case.dtype or table.dtype or "float",
-                       table.redop or "sum", _points(table, case.path), log_facts(text), case.spec, case.env)
+                       table.redop or "sum", _points(table, case.path), log_facts(text), case.spec, case.env,
+                       case.ngpus or table.ngpus or 1)
 
 
 def read_measured(paths: list[str], collective: str | None = None) -> list[MeasuredRun]:

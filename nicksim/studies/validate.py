@@ -28,7 +28,7 @@ Schema (`collective`, `[system]`'s `system`, and one of `rows` and `measured` ar
     nranks = 16          # which table of the rows or file (with the collective); `table = 2`: the 2nd
     dtype = "float"      # default: the table's
     in_place = false     # compare the in-place columns
-    ngpus = 1            # nccl-tests -g: GPUs one thread drives (8: one process for the node)
+    ngpus = 1            # nccl-tests -g: GPUs one thread drives (default: the output's nGpus, else 1)
     gap = ""             # why the case cannot be met, where it cannot
     [system]             # JobSpec fields: system nodes nccl_version gpu gpus_per_node fabric nics_per_node
     system = "dgx-b200"  #   nic_gbps oversubscription hosts_per_leaf rail_optimized switch_lat_us sharp
@@ -95,7 +95,7 @@ class Case:
     gap: str = ""
     expect: tuple[tuple[int, str], ...] = ()
     rows: str | None = None
-    ngpus: int = 1
+    ngpus: int | None = None
 
     @property
     def origin(self) -> str:
@@ -237,7 +237,7 @@ def load_case(path: str | Path) -> Case:
         dtype=_case_dtype(doc["dtype"], f"{where}: dtype") if "dtype" in doc else None,
         in_place=_typed(doc.get("in_place", False), bool, f"{where}: in_place"),
         gap=_typed(doc.get("gap", ""), str, f"{where}: gap"), expect=tuple(sorted(expect)),
-        ngpus=_ngpus(doc.get("ngpus", 1), where))
+        ngpus=_ngpus(doc["ngpus"], where) if "ngpus" in doc else None)
 
 
 def _ngpus(value, where: str) -> int:
@@ -294,9 +294,10 @@ def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | N
     try:
         table = measured_table_of(case.measured_text(), case.origin, case.collective, case.nranks, case.table)
         job = load_job(case.spec, read_params({}, [f"{k}={v}" for k, v in case.env]))
-        if (job.nranks // job.spec.nodes) % case.ngpus:
-            raise UsageError(f"ngpus = {case.ngpus}: a node's {job.nranks // job.spec.nodes} GPUs do not split into "
-                             f"threads of {case.ngpus}", case.path, "an ngpus dividing the GPUs of a node")
+        ngpus = case.ngpus or table.ngpus or 1  # the case's word, else what the output printed (nGpus)
+        if (job.nranks // job.spec.nodes) % ngpus:
+            raise UsageError(f"ngpus = {ngpus}: a node's {job.nranks // job.spec.nodes} GPUs do not split into "
+                             f"threads of {ngpus}", case.path, "an ngpus dividing the GPUs of a node")
         if table.nranks is not None and table.nranks != job.nranks:
             raise UsageError(f"the system has {job.nranks} ranks, the measurements {table.nranks}", case.path,
                              "a [system] with as many GPUs as the measured run")
@@ -310,7 +311,7 @@ def run_case(case: Case, engine: str = "nccl", calibration: dict[str, float] | N
         answer = engine_named(engine, overrides=calibration or {}) if engine == "des" else \
             engine_named(engine, calibration=calibration or {})
         rows = perf_rows(job, case.collective, [n for n, _ in measured], dtype, table.redop or "sum", 0, answer,
-                         gpus_per_thread=case.ngpus)
+                         gpus_per_thread=ngpus)
     except NickSimError as exc:
         return CaseResult(case, engine, error=exc.line())
     expect = dict(case.expect)
@@ -449,7 +450,7 @@ def _spec_text(case: Case) -> str:
         value = getattr(spec, key)
         if value:
             parts.append(f"{key}={value}")
-    if case.ngpus > 1:
+    if case.ngpus and case.ngpus > 1:
         parts.append(f"-g {case.ngpus}")
     parts += [f"{k}={v}" for k, v in case.env]
     return ", ".join(parts)
