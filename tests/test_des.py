@@ -350,25 +350,30 @@ def test_a_point_to_point_channel_across_nodes_moves_what_nccl_expects_of_one():
 
 
 
-def test_a_simple_network_step_costs_its_connection_the_same_whatever_its_size():
+def test_a_collectives_network_step_cost_is_its_own_and_none_by_default():
     # Ring all_gather Simple across two DGX H100 at 16 MiB: 16 channels of 64 KiB a rank, each sent as two 32 KiB
-    # slices, one network step each: at 9.4 us a step a connection moves 3.5 GB/s, far below the NIC, and the
-    # call takes over twice its time without the step cost (cluster01's 80-rank all_gather at 32 MiB measures
-    # 2.5x). At 1 GiB the steps are full 512 KiB slots (56 GB/s a connection, above the NIC): no difference.
+    # slices, one network step each. Charged point-to-point's 9.4 us a step (net.step_coll_us), a connection moves
+    # 3.5 GB/s, far below the NIC, and the call takes over twice its time; at 1 GiB the steps are full 512 KiB
+    # slots (56 GB/s a connection, above the NIC): no difference. By default a collective's steps cost nothing
+    # of their own (no published figure states one), and point-to-point's cost (net.step_us) does not touch them.
     # Only Simple pays it: LL128 flags its lines (no flush after each step) and is left as it was.
     env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
     job = job_of(nodes=2, env=env)
     setup = des_setup(job)
-    free = with_overrides(setup.params, {"net.step_us": 0})
+    assert setup.params.net_step_coll_us == 0 and setup.params.net_step_us > 9
+    step = setup.params.net_step_us
+    costed = with_overrides(setup.params, {"net.step_coll_us": step})
     call = call_for_size("all_gather", 16 * MiB, "float", "sum", 0, job.nranks)
-    costed, bare = simulate(setup, call).time_us, simulate(des_setup(job, free), call).time_us
-    assert costed > 2 * bare
+    bare = simulate(setup, call).time_us
+    assert simulate(des_setup(job, costed), call).time_us > 2 * bare
+    assert simulate(des_setup(job, with_overrides(setup.params, {"net.step_us": 4 * step})), call).time_us == bare
     big = call_for_size("all_gather", 1024 * MiB, "float", "sum", 0, job.nranks)
-    assert simulate(setup, big).time_us == pytest.approx(simulate(des_setup(job, free), big).time_us, rel=0.03)
+    assert simulate(des_setup(job, costed), big).time_us == pytest.approx(simulate(setup, big).time_us, rel=0.03)
     ll128 = job_of(nodes=2, env={"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128"})
     s128 = des_setup(ll128)
     assert simulate(s128, call).time_us == simulate(des_setup(ll128, with_overrides(s128.params,
-                                                                                   {"net.step_us": 0})), call).time_us
+                                                                                   {"net.step_coll_us": step})),
+                                                    call).time_us
 
 
 # --- faults and stragglers -----------------------------------------------------------------------

@@ -144,17 +144,27 @@ def test_a_calibration_sets_the_des_parameters(tmp_path):
     assert model_only.returncode == 2 and "--engine des" in model_only.stderr
 
 
+def _project_cases():
+    """The default run's cases and those set aside in validation/large (the DES takes minutes)."""
+    return find_cases(REPO / "validation") + find_cases(REPO / "validation" / "large")
+
+
 def test_every_project_case_names_a_source_and_a_system():
-    cases = find_cases(REPO / "validation")
-    assert len(cases) >= 20
+    cases = _project_cases()
+    assert len(cases) >= 40
     for case in cases:
         assert case.source and case.title and case.spec.system, case.path
+
+
+def test_the_cases_come_from_many_publishers():
+    from nicksim.studies.loso import source_of
+    assert len({source_of(case) for case in _project_cases()}) >= 16
 
 
 def test_every_project_case_carries_its_rows_and_names_a_built_in_system():
     # A clone has nothing beside it: the measured numbers are in the case, the system in the catalog.
     from nicksim.topology.catalog import CATALOG
-    for case in find_cases(REPO / "validation"):
+    for case in _project_cases():
         assert case.measured is None and case.rows, case.path
         assert case.spec.system in CATALOG, (case.path, case.spec.system)
         assert "shared" not in Path(case.path).read_text(), case.path

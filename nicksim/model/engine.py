@@ -950,7 +950,7 @@ class _Sim:
                          ) -> tuple[tuple[int, ...], tuple[tuple[int, float], ...]]:
         """The slice's route and what its bytes count as on the network connections it crosses: a
         Simple slice carries its real steps (a coarse slice stands for `factor` x its primitive's
-        `steps`) at net_step_us each, whatever their size, on each connection's 1 GB/s link; LL and
+        `steps`) at DesParams.step_us each, whatever their size, on each connection's 1 GB/s link; LL and
         LL128 flag their lines (no flush, no step round trip to wait for) and leave the connections out."""
         conns = self._conns.get(route)
         if conns is None:
@@ -962,7 +962,7 @@ class _Sim:
             if bare is None:
                 bare = self._bare[route] = tuple(filter(self.conn_base.__gt__, route))
             return bare, ()
-        cost = self.params.net_step_us * 1e3 * c.factor * steps / wire
+        cost = self.params.step_us(c.plan.algorithm) * 1e3 * c.factor * steps / wire
         return route, tuple((x, cost) for x in conns)
 
     def _received(self, dst: int, channel: int, head: simpy.Event, done: simpy.Event, steps: int = 1
@@ -1244,7 +1244,7 @@ class _Sim:
             hw = HW_NET
         if COLLNET_SWITCH in prim.send_to:
             links.append(tuple(r.collnet_up(channel, rank)))
-            if self.params.net_step_us > 0:
+            if self.params.step_us(c.plan.algorithm) > 0:
                 links.append((r.net_conn(rank, channel, 0),))
             hw = HW_NET
         slot = 0
@@ -1263,7 +1263,7 @@ class _Sim:
             else:
                 route, kind = r.peer(channel, rank, dst)
                 links.append(tuple(route))
-            if kind == HW_NET and slot < NET_CONN_SLOTS and self.params.net_step_us > 0:
+            if kind == HW_NET and slot < NET_CONN_SLOTS and self.params.step_us(c.plan.algorithm) > 0:
                 links.append((r.net_conn(rank, channel, slot),))
                 slot += 1
             if hw != HW_NET:

@@ -28,9 +28,11 @@ hardware facts and differ only where the fabric makes them differ:
   the other (the proxy's post, completion and flush, the flag round trips): 128 KiB / 14 GB/s =
   9.4 us, the figure behind the 14 GB/s NCCL expects of one point-to-point channel at its default
   128 KiB network chunk (paths.cc 2.29, NCCL_P2P_PER_CHANNEL_NET_BW); NVIDIA/nccl#2409 measures
-  10-12 us per step and connection on RoCE. A connection moves at most its step size per
-  net_step_us: a full 512 KiB Simple slot, 56 GB/s, more than a 400G NIC; the small chunks of
-  mid-size calls far less;
+  10-12 us per step and connection on RoCE. A point-to-point connection moves at most its step
+  size per net_step_us: one 128 KiB chunk, 14 GB/s a channel. A collective's Simple steps are
+  charged `net_step_coll_us`, 0 by default: no published figure states it, and charged the same
+  9.4 us it helped only the cluster it was first checked on (docs/validation.md, "leave one
+  source out"); calibration can still fit it;
 - `ll_max_bw_gbps`: the most data a rank moves with LL, llMaxBws (by GPU generation, node count and,
   across nodes, CPU vendor, as NCCL indexes it): LL's flag polling, not the links, bounds it;
 - the protocols' wire cost: LL sends 16 bytes per 8 of data (half of every line is flag), LL128
@@ -99,6 +101,9 @@ class DesParams:
     net_latency_us: float = 0.0
     ll_max_bw_gbps: float = float("inf")
     net_step_us: float = NET_STEP_US
+    # The same cost for a collective's network steps: no published figure states one, and held out
+    # publisher by publisher it helped only the cluster it was first fitted to (docs/validation.md).
+    net_step_coll_us: float = 0.0
     # (fabric link kind, GB/s) for every kind whose links the run gives another bandwidth.
     link_bw_gbps: tuple[tuple[str, float], ...] = ()
     # (fabric link kind, share of its bandwidth data gets) where not 1; (hwLat row, scale) where not 1.
@@ -112,6 +117,11 @@ class DesParams:
         if hw == "NET":  # the plugin's own figure, as stated: not NCCL's latency, so not scaled with it
             lat += self.net_latency_us * (2 if protocol == "Simple" else 1)
         return lat
+
+    def step_us(self, algorithm: str) -> float:
+        """What one network step costs its connection: point-to-point's (`net_step_us`) or a
+        collective's (`net_step_coll_us`)."""
+        return self.net_step_us if algorithm == "P2P" else self.net_step_coll_us
 
     def launch_us(self, algorithm: str, protocol: str) -> float:
         base = self.tables.base_lat(algorithm, protocol) if algorithm in self.tables.algorithms else 0.0
@@ -142,6 +152,7 @@ PARAM_NAMES = {
     "net.latency_us": "net_latency_us",
     "ll.max_bw_gbps": "ll_max_bw_gbps",
     "net.step_us": "net_step_us",
+    "net.step_coll_us": "net_step_coll_us",
 }
 
 
@@ -157,7 +168,7 @@ HW_LAT_SCALES = {"step_lat.nvlink.scale": "NVLINK", "step_lat.pcie.scale": "PCI"
 EFFICIENCY_MAX = 1.25
 
 
-_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us", "hold", "max_steps")
+_MAY_BE_ZERO = ("net_overhead_us", "net_latency_us", "net_step_us", "net_step_coll_us", "hold", "max_steps")
 SET_NAMES = (*PARAM_NAMES, *LINK_KINDS, *LINK_EFFICIENCIES, *HW_LAT_SCALES)  # every name `--set` and `[sweep.set]` take
 
 

@@ -100,7 +100,10 @@ def des_parameters(params: DesParams) -> list[Parameter]:
         Parameter("proxy.overhead_us", params.net_overhead_us, *_COST_US, _COST_SIZE_US,
                   "proxy post cost per step, us"),
         Parameter("net.latency_us", params.net_latency_us, *_COST_US, _COST_SIZE_US, "network plugin latency, us"),
-        Parameter("net.step_us", params.net_step_us, *_COST_US, _COST_SIZE_US, "network step cost per connection, us"),
+        Parameter("net.step_us", params.net_step_us, *_COST_US, _COST_SIZE_US,
+                  "point-to-point network step cost per connection, us"),
+        Parameter("net.step_coll_us", params.net_step_coll_us, *_COST_US, _COST_SIZE_US,
+                  "collective network step cost per connection, us"),
     ]
 
 
