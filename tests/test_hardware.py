@@ -36,7 +36,16 @@ def test_cube_mesh_gives_six_links_per_v100_and_is_symmetric():
 def test_consumer_parts_have_no_p2p():
     assert not gpu_model("rtx4090").cuda_p2p and not gpu_model("rtx2080ti").cuda_p2p
     assert gpu_model("l40s").cuda_p2p and gpu_model("h100").cuda_p2p
-    assert set(FABRICS) == {"ib", "roce", "efa", "tcp"}
+    assert set(FABRICS) == {"ib", "roce", "efa", "tcp", "tcpxo"}
+
+
+def test_tcpxo_is_gpudirect_with_no_latency_of_its_own_unlike_nccls_sockets():
+    # FasTrak (fastrak_plugin.cc, nccl_shim.cc GetProperties): GPUDirect, latency 0, maxComms 65536.
+    from nicksim.studies.measured import log_facts
+    tcpxo, sockets = fabric("tcpxo"), fabric("tcp")
+    assert tcpxo.gdr and not sockets.gdr
+    assert (tcpxo.net_plugin, tcpxo.net_latency_us, tcpxo.net_maxconn, tcpxo.default_gbps) == ("FasTrak", 0.0, 65536, 200)
+    assert log_facts("h:1:2 [0] NCCL INFO Using network FasTrak\n").fabric == "tcpxo"
 
 
 def test_efa_plugin_facts_match_the_c01_log():

@@ -76,11 +76,13 @@ class MeasuredRun:
 
 
 def _fabric_of(network: str, text_lines: list[str]) -> str | None:
-    """NCCL's `Using network X` line as a fabric name: IB (RoCE where its NICs say so), Socket, or
-    the AWS Libfabric plugin (EFA)."""
+    """NCCL's `Using network X` line as a fabric name: IB (RoCE where its NICs say so), Socket, the
+    AWS Libfabric plugin (EFA), or Google's FasTrak (GPUDirect-TCPXO)."""
     name = network.lower()
     if "libfabric" in name or "ofi" in name:
         return "efa"
+    if name.startswith("fastrak"):
+        return "tcpxo"
     if name.startswith("socket"):
         return "tcp"
     if name.startswith("ib"):

@@ -114,6 +114,11 @@ class Fabric:
 # MAX_NUM_RAILS (include/nccl_ofi_rdma.h) = 4 NICs per device. platform-aws.c platform_init sets
 # NCCL_NVLSTREE_MAX_CHUNKSIZE and NCCL_NVLS_CHUNKSIZE to 512 KiB (setenv without overwrite) on
 # every NVIDIA platform ("NET/OFI Setting NCCL_NVLS_CHUNKSIZE to 512KiB").
+# Google's GPUDirect-TCPXO plugin (github.com/google/nccl-plugin-gpudirect-tcpxo, fastrak_offload @ 0906f674):
+# ncclNet "FasTrak"; GetProperties (nccl_shim.cc) reports latency 0, maxComms 65536, maxRecvs 1, host
+# and CUDA pointers (GPUDirect: payloads land in GPU memory, NCCL_NET_DEVICE_HOST, no unpack kernel);
+# Iflush is not implemented (nothing to flush). GCP's A3 Mega gives each GPU a 200 Gbps NIC. What a
+# TCP message costs the plugin's offload path is not published and not modelled.
 FABRICS: Mapping[str, Fabric] = MappingProxyType({f.name: f for f in (
     Fabric("ib", "mlx5_", "", "0x020700", "IB", True, 400, 0.13),
     Fabric("roce", "mlx5_", "", "0x020000", "IB", True, 400, 0.6),
@@ -121,6 +126,7 @@ FABRICS: Mapping[str, Fabric] = MappingProxyType({f.name: f for f in (
            net_latency_us=75.0, net_maxconn=1 << 18, guid_is_dev=True, max_rails=4,
            plugin_env=(("NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"), ("NCCL_NVLS_CHUNKSIZE", "524288"))),
     Fabric("tcp", "eth", "", "0x020000", "Socket", False, 100, 5.0),
+    Fabric("tcpxo", "eth", "", "0x020000", "FasTrak", True, 200, 0.6, net_maxconn=65536),
 )})
 
 
