@@ -240,8 +240,9 @@ def load_job(spec: JobSpec, params: Params) -> Job:
     check_spec(spec)
     params = params.for_version(parse_version(spec.nccl_version).minor)
     name, filled, system, paths, fab = load_node_paths(spec, params)
-    if fab.plugin_env:  # the network plugin sets these before NCCL reads them, unless the user did
-        params = params.with_defaults(dict(fab.plugin_env), f"{fab.net_plugin} plugin")
+    plugin_env = fab.plugin_env_for(min((system.nodes[g].gpu.sm for g in system.gpus()), default=0))
+    if plugin_env:  # the network plugin sets these before NCCL reads them, unless the user did
+        params = params.with_defaults(plugin_env, f"{fab.net_plugin} plugin")
     system, paths, domains = split_domains(spec, params, system, paths, fab.net_plugin)
     cluster = build_cluster(system, paths, ClusterSpec(
         nodes=spec.nodes * domains, fabric=fab, rail_optimized=spec.rail_optimized,

@@ -560,6 +560,21 @@ def test_the_efa_plugin_sets_nvls_chunks_unless_the_user_did():
     assert (comm(fabric="ib").nvls_chunk_nbytes, comm(fabric="ib").nvls_tree_max_chunk_nbytes) == (131072, 131072)
 
 
+def test_the_efa_plugin_keeps_a100_nodes_to_simple():
+    # aws-ofi-nccl v1.7.3-v1.9.x platform-aws.c: where the EFA endpoint cannot deliver each aligned 128 B in
+    # order, configure_nccl_proto sets NCCL_PROTO=simple without overwriting; P5 (H100) is exempt (v1.7.3-aws
+    # release notes). So LL and LL128 leave the choice on A100 (p4d/p4de), stay on H100, and a user's setting wins.
+    from nicksim.tuning.choose import choose
+    call = call_for_size("all_reduce", 65536, "float", "sum", 0, 16)
+
+    def protocol(system, env=None, fabric="efa"):
+        job = load_job(JobSpec(system=system, nodes=2, fabric=fabric), read_params(env or {}))
+        return choose(job.comm, call).protocol
+    assert protocol("dgx-a100") == "Simple"
+    assert protocol("dgx-a100", fabric="ib") != "Simple" and protocol("dgx-h100") != "Simple"
+    assert protocol("dgx-a100", {"NCCL_PROTO": "LL"}) == "LL"
+
+
 # --- PAT (plan_pat.py; collectives.h PatRSAlgorithm/PatAGAlgorithm, prims_simple.h, 2.26-2.30) ----
 
 from nicksim.plan.chunking import ChannelPart, Plan  # noqa: E402

@@ -106,6 +106,14 @@ class Fabric:
     max_rails: int = 1            # >1: the plugin fuses the NICs nearest each GPU into one device of
                                   # at most this many NICs ("rails"); see fill.py, rule 3
     plugin_env: tuple[tuple[str, str], ...] = ()  # NCCL_* defaults the plugin sets unless the user did
+    plugin_env_below_sm: tuple[tuple[int, str, str], ...] = ()  # (sm, knob, value): set only on older GPUs
+
+    def plugin_env_for(self, sm: int) -> dict[str, str]:
+        """The NCCL_* defaults the plugin sets (unless the user did) on a node whose oldest GPU has
+        compute capability `sm` (80 for A100)."""
+        env = dict(self.plugin_env)
+        env.update({knob: value for below, knob, value in self.plugin_env_below_sm if sm < below})
+        return env
 
 
 # aws-ofi-nccl v1.9.2-aws (commit cf6f657f): platform-aws.c gives p4d/p4de/p5 a latency of 75 us
@@ -113,7 +121,11 @@ class Fabric:
 # dev_id; nccl_ofi_rdma.c sets maxComms = NCCL_OFI_RDMA_MAX_COMMS (1 << 18) and allows
 # MAX_NUM_RAILS (include/nccl_ofi_rdma.h) = 4 NICs per device. platform-aws.c platform_init sets
 # NCCL_NVLSTREE_MAX_CHUNKSIZE and NCCL_NVLS_CHUNKSIZE to 512 KiB (setenv without overwrite) on
-# every NVIDIA platform ("NET/OFI Setting NCCL_NVLS_CHUNKSIZE to 512KiB").
+# every NVIDIA platform ("NET/OFI Setting NCCL_NVLS_CHUNKSIZE to 512KiB"). LL and LL128 need the NIC to
+# land each aligned 128 B in order: platform-aws.c (v1.7.3-aws to v1.9.x) asks the EFA endpoint for
+# FI_OPT_EFA_*_IN_ORDER_ALIGNED_128_BYTES and, where it is refused, sets NCCL_PROTO=simple (configure_nccl_proto,
+# setenv without overwrite); the v1.7.3-aws release notes' "Do not disable LL and LL128 protocols on P5
+# instances" exempts the H100 platforms, so the A100 ones (p4d, p4de) run Simple only.
 # Google's GPUDirect-TCPXO plugin (github.com/google/nccl-plugin-gpudirect-tcpxo, fastrak_offload @ 0906f674):
 # ncclNet "FasTrak"; GetProperties (nccl_shim.cc) reports latency 0, maxComms 65536, maxRecvs 1, host
 # and CUDA pointers (GPUDirect: payloads land in GPU memory, NCCL_NET_DEVICE_HOST, no unpack kernel);
@@ -124,7 +136,8 @@ FABRICS: Mapping[str, Fabric] = MappingProxyType({f.name: f for f in (
     Fabric("roce", "mlx5_", "", "0x020000", "IB", True, 400, 0.6),
     Fabric("efa", "rdmap", "s0", "0x020000", "AWS Libfabric", True, 100, 1.5,
            net_latency_us=75.0, net_maxconn=1 << 18, guid_is_dev=True, max_rails=4,
-           plugin_env=(("NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"), ("NCCL_NVLS_CHUNKSIZE", "524288"))),
+           plugin_env=(("NCCL_NVLSTREE_MAX_CHUNKSIZE", "524288"), ("NCCL_NVLS_CHUNKSIZE", "524288")),
+           plugin_env_below_sm=((90, "NCCL_PROTO", "simple"),)),
     Fabric("tcp", "eth", "", "0x020000", "Socket", False, 100, 5.0),
     Fabric("tcpxo", "eth", "", "0x020000", "FasTrak", True, 200, 0.6, net_maxconn=65536),
 )})
