@@ -573,6 +573,10 @@ def test_the_efa_plugin_keeps_a100_nodes_to_simple():
     assert protocol("dgx-a100") == "Simple"
     assert protocol("dgx-a100", fabric="ib") != "Simple" and protocol("dgx-h100") != "Simple"
     assert protocol("dgx-a100", {"NCCL_PROTO": "LL"}) == "LL"
+    # NCCL reads what the plugin put in the environment, and says so as for any setting.
+    from nicksim.formats.joblog import setting_lines
+    job = load_job(JobSpec(system="dgx-a100", nodes=2, fabric="efa"), read_params({}))
+    assert ("INFO", "ENV", "NCCL_PROTO set by environment to simple") in setting_lines(job.params)
 
 
 # --- PAT (plan_pat.py; collectives.h PatRSAlgorithm/PatAGAlgorithm, prims_simple.h, 2.26-2.30) ----

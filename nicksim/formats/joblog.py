@@ -94,15 +94,17 @@ def _net_lines(job, rank: int) -> list[Line]:
 
 
 def setting_lines(params, names: Iterable[str] | None = None) -> list[Line]:
-    """`NAME set by environment to VALUE.` for every knob read from the environment or --env."""
+    """`NAME set by environment to VALUE.` for every knob read from the environment or --env, or
+    set there by the network plugin before NCCL read it (aws-ofi-nccl's setenv)."""
     lines = []
     for name in sorted(params.values) if names is None else names:
-        if name not in params.values or params.sources.get(name) not in ("environment", "--env"):
+        source = params.sources.get(name, "")
+        if name not in params.values or not (source in ("environment", "--env") or source.endswith(" plugin")):
             continue
         if name.startswith(_UNLOGGED):
             continue
-        text = params.raw.get(name, str(params.values[name]))
         value = params.values[name]
+        text = params.raw.get(name) or getattr(value, "text", None) or str(value)  # a plugin's value has no raw text
         if _read_as_string(name) or not isinstance(value, int):
             lines.append(("INFO", "ENV", f"{name} set by environment to {text}"))
         else:
