@@ -9,7 +9,7 @@ from nicksim.calls import call_for_size
 from nicksim.engines import model_result
 from nicksim.job import JobSpec, load_job
 from nicksim.errors import UsageError
-from nicksim.model.engine import coarse_plan, coarse_steps, des_setup, simulate, simulate_sequences
+from nicksim.model.engine import coarse_plan, coarse_steps, default_params, des_setup, simulate, simulate_sequences
 from nicksim.model.fabric import build_fabric
 from nicksim.model.hwparams import with_overrides
 from nicksim.model.mirrors import Asymmetric, Mirrors
@@ -141,17 +141,18 @@ def test_a_72_rank_ring_broadcast_pays_a_72_step_fill():
 
 
 @pytest.mark.parametrize("collective, func", [("all_gather", "AllGather"), ("reduce_scatter", "ReduceScatter")])
-def test_the_formula_adds_a_72_hop_latency_the_ring_pipelines(collective, func):
+def test_a_72_hop_ring_pays_the_formulas_latency_once(collective, func):
     # At 256 MiB NCCL picks ring LL128 on the rack for its lower latency term (149 us against Simple's
-    # 250: 71 hops). The formula adds that term to the bytes' time; in the DES each hop's latency
-    # overlaps the lines still streaming behind it, so the DES is faster by about that term and
-    # agrees with the formula's byte time alone.
+    # 250: 71 hops). The formula adds that term to the bytes' time; the DES pays the same 71 hops as
+    # one chain per call (docs/des.md, "The hop chain"), so it agrees with the formula's whole time and
+    # not with its byte time alone.
     job = job_of("gb200-nvl72")
     model_us, run = times(job, collective, 256 * MiB)
     assert (run.plan.algorithm, run.plan.protocol) == ("Ring", "LL128")
     latency_us = job.comm.table.lat(func, "Ring", "LL128")
     assert latency_us > 0.2 * model_us
-    assert run.time_us == pytest.approx(model_us - latency_us, rel=0.05)
+    assert run.time_us == pytest.approx(model_us, rel=0.05)
+    assert run.time_us > model_us - latency_us / 2
 
 
 def test_nvls_through_sharp_is_bound_by_the_nvswitch_ports_where_the_formula_halves_the_nics():
@@ -353,7 +354,8 @@ def test_a_point_to_point_channel_across_nodes_moves_what_nccl_expects_of_one():
 def test_a_collectives_network_step_cost_is_its_own_and_none_by_default():
     # Ring all_gather Simple across two DGX H100 at 16 MiB: 16 channels of 64 KiB a rank, each sent as two 32 KiB
     # slices, one network step each. Charged point-to-point's 9.4 us a step (net.step_coll_us), a connection moves
-    # 3.5 GB/s, far below the NIC, and the call takes over twice its time; at 1 GiB the steps are full 512 KiB
+    # 3.5 GB/s, far below the NIC, and the call takes 1.8 times as long (its start, the launch and the hop chain
+    # within the nodes, 56 us, stays; the rest doubles); at 1 GiB the steps are full 512 KiB
     # slots (56 GB/s a connection, above the NIC): no difference. By default a collective's steps cost nothing
     # of their own (no published figure states one), and point-to-point's cost (net.step_us) does not touch them.
     # Only Simple pays it: LL128 flags its lines (no flush after each step) and is left as it was.
@@ -365,7 +367,7 @@ def test_a_collectives_network_step_cost_is_its_own_and_none_by_default():
     costed = with_overrides(setup.params, {"net.step_coll_us": step})
     call = call_for_size("all_gather", 16 * MiB, "float", "sum", 0, job.nranks)
     bare = simulate(setup, call).time_us
-    assert simulate(des_setup(job, costed), call).time_us > 2 * bare
+    assert simulate(des_setup(job, costed), call).time_us > 1.7 * bare
     assert simulate(des_setup(job, with_overrides(setup.params, {"net.step_us": 4 * step})), call).time_us == bare
     big = call_for_size("all_gather", 1024 * MiB, "float", "sum", 0, job.nranks)
     assert simulate(des_setup(job, costed), big).time_us == pytest.approx(simulate(setup, big).time_us, rel=0.03)
@@ -591,8 +593,8 @@ def test_long_rings_run_in_blocks_of_steps_close_to_every_step(collective, env):
     # after the other: in the steady state it takes what its k steps take; what differs is the chain's
     # ends (the block's k posts all come before its first byte, its k hops' latency before the next
     # rank sees it). Measured on four DGX H100 in blocks of 4, eight to a run (coarser than the
-    # default's 128): +3.7% at 1 MiB (LL128, where posts and latencies are most of a step), +1.4% at
-    # 64 MiB, 0.0% at 1 GiB (Simple); all_reduce +2.4%, +0.7%, 0.0%. Every link carries the same bytes.
+    # default's 128): +0.8% at 1 MiB (LL128, where posts and latencies are most of a step), +1.1% at
+    # 64 MiB, 0.0% at 1 GiB (Simple); all_reduce +0.7%, +0.6%, 0.0%. Every link carries the same bytes.
     job = job_of(nodes=4, env=env)
     setup = des_setup(job)
     steps = lambda n: replace(setup, params=replace(setup.params, max_steps=n))  # noqa: E731
@@ -611,16 +613,19 @@ def test_long_rings_run_in_blocks_of_steps_close_to_every_step(collective, env):
 
 
 def test_a_block_of_ring_steps_pays_each_steps_latency_and_posts():
-    # With the proxy posts left out a block of 4 steps lands within 0.1% of its steps one by one at
-    # 1 MiB, where the steps' latencies are most of the time: a block paying one hop's latency takes 44%
-    # of the time (measured).
+    # With the proxy posts left out a block of 4 steps lands within 2.1% of its steps one by one at
+    # 1 MiB, where the network steps' latencies are most of the time (0.1% while the NVLink hops carried
+    # theirs step by step too; since the hop chain they are paid once at the start, and what remains is
+    # the network hop's, which a block pays k times in a row where single steps hide a little of it
+    # behind their bytes). A block paying one hop's latency took 44% of the time (measured).
     job = job_of(nodes=4)
     setup = des_setup(job, with_overrides(des_setup(job).params, {"proxy.overhead_us": 0}))
     call = call_for_size("all_gather", 1 * MiB, "float", "sum", 0, job.nranks)
     every = simulate(replace(setup, params=replace(setup.params, max_steps=0)), call)
     blocks = simulate(replace(setup, params=replace(setup.params, max_steps=8)), call)
     assert blocks.step_factor == 4
-    assert blocks.time_us == pytest.approx(every.time_us, rel=1e-3)
+    assert blocks.time_us == pytest.approx(every.time_us, rel=0.025)
+    assert blocks.time_us >= every.time_us
 
 
 def test_a_trace_or_a_fault_runs_every_ring_step():
@@ -950,3 +955,30 @@ def test_row_ids_number_rows_densely_in_their_lexicographic_order():
             rows[::5] = rows[1]
         ranks = {row: i for i, row in enumerate(sorted(set(map(tuple, rows.tolist()))))}
         assert _row_ids(rows).tolist() == [ranks[tuple(row)] for row in rows.tolist()]
+
+
+# --- the hop chain (docs/des.md): a ring's or tree's hops within a node pay their latency once a call -
+
+@pytest.mark.parametrize("algorithm,nodes,hops", [("Ring", 1, 14), ("Tree", 2, 14)])
+def test_a_collectives_hops_within_a_node_pay_their_step_latency_once_per_call(algorithm, nodes, hops):
+    # tuning.cc: lat = baseLat + nsteps x hwLat. One node's ring all_reduce has 2 x 7 NVLink steps; a tree
+    # over two nodes 2 x (8 - 1) hops within each node. Doubling the NVLink step latency adds the chain
+    # once to a large call: a per-step latency hidden behind the data would add next to nothing.
+    job = job_of(nodes=nodes, env={"NCCL_ALGO": algorithm, "NCCL_PROTO": "Simple"})
+    call = call_for_size("all_reduce", 256 * MiB, "float", "sum", 0, job.nranks)
+    base = default_params(job)
+    hop_us = base.step_lat_us("NVLINK", algorithm, "Simple")
+    once = simulate(des_setup(job, params=base), call).time_us
+    twice = simulate(des_setup(job, params=with_overrides(base, {"step_lat.nvlink.scale": 2.0})), call).time_us
+    assert hop_us > 0 and twice - once == pytest.approx(hops * hop_us, rel=0.05)
+
+
+def test_nvls_keeps_its_step_latency_per_step():
+    # NCCL's formula counts no chain of NVLink hops for NVLS: its latency stays on each step, where the
+    # pipeline hides it from a large call.
+    job = job_of(env={"NCCL_ALGO": "NVLS"})
+    call = call_for_size("all_reduce", 256 * MiB, "float", "sum", 0, job.nranks)
+    base = default_params(job)
+    once = simulate(des_setup(job, params=base), call).time_us
+    twice = simulate(des_setup(job, params=with_overrides(base, {"step_lat.nvlink.scale": 2.0})), call).time_us
+    assert abs(twice - once) < 0.01 * once

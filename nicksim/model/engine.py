@@ -64,7 +64,7 @@ from .ib import ERROR_LINK_KINDS, ib_transport
 from .mirrors import Asymmetric, Mirrors
 from .network import FluidNetwork
 from .proxy import ProxyThreads
-from .routes import HW_NET, HW_NVLINK, NET_CONN_SLOTS, Router
+from .routes import HW_NET, HW_NVLINK, HW_PCI, NET_CONN_SLOTS, Router
 from .symmetry import COLLAPSIBLE, Collapse, node_classes
 from .translation import Translation, node_shift, transfers_key, transfers_shift
 
@@ -430,6 +430,9 @@ class _Conn:
         self.posted += 1
 
 
+_CHAINED = ("Ring", "Tree")  # collectives whose hops within a node pay their latency as one chain per call
+
+
 class _CallRun:
     """One call as the DES runs it: its place in the rank's sequence, its plan (chunks grown by
     `factor`), the routes of its algorithm's graph, its slices per chunk and slots per connection,
@@ -447,7 +450,7 @@ class _CallRun:
         self.head_share = 1.0 / factor
         # Point-to-point prims count bytes (plan_p2p.py); collectives count elements.
         self.elem_nbytes = 1 if plan.algorithm == "P2P" else self.call.elem_nbytes
-        self.launch_us = sim.params.launch_us(plan.algorithm, plan.protocol)
+        self.launch_us = sim.params.launch_us(plan.algorithm, plan.protocol) + sim.chain_us(plan)
         # A point-to-point stream is one peer's: its primitives' setups and routes recur in no other
         # stream, so keeping them would only fill memory (an alltoall has a stream per pair of ranks).
         self.keeps_setups = plan.algorithm != "P2P"
@@ -532,6 +535,25 @@ class _Sim:
         self.pat_conns: dict[tuple, list[int]] = {}
         self.last_progress = 0.0
         self.done_ranks: set[int] = set()
+
+    def chain_us(self, plan: Plan) -> float:
+        """What a ring or tree collective's hops within a node cost it once per call: the chain NCCL's
+        time model counts (tuning.cc: baseLat + nsteps x hwLat, the hops within a node at the NVLink or
+        PCI row), each hop's step latency paid one after the other. Measured calls pay it whole even
+        where the pipeline would hide a per-step latency behind the data (docs/des.md, "The hop chain");
+        the network's hops keep their own latency per step."""
+        algorithm, call = plan.algorithm, plan.call
+        if algorithm not in _CHAINED or self.per_node < 2:
+            return 0.0
+        nodes = max(1, call.nranks // self.per_node)
+        if algorithm == "Tree":
+            hops = 2 * (self.per_node - 1)
+        else:
+            across = 2 if call.collective == "all_reduce" else 1
+            hops = across * (call.nranks - 1) - across * (nodes - 1)
+        graph = self.job.graphs.get("tree" if algorithm == "Tree" else "ring")
+        hw = HW_NVLINK if graph is None or graph.type_intra == "NVL" else HW_PCI
+        return max(0, hops) * self.params.step_lat_us(hw, algorithm, plan.protocol)
 
     def router_for(self, algorithm: str) -> Router:
         """The routes of `algorithm`'s graph: worked out once per setup (a sweep's every size shares
@@ -881,7 +903,9 @@ class _Sim:
         multimem = prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter"
         costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
                   if multimem else ())
-        lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw else 0.0
+        # A ring's or tree's hops within a node pay their step latency once per call (chain_us), not per step.
+        chained = hw != HW_NET and c.plan.algorithm in _CHAINED
+        lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw and not chained else 0.0
         got = (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_out, costly, lat)
         if c.keeps_setups or not targets:  # a receive's is shared whoever sends
             self._out_setups[key] = got

@@ -9,7 +9,8 @@ hardware facts and differ only where the fabric makes them differ:
   ladder (search.cc speedArrayIntra[0]), the most NCCL ever expects of one channel (40 GB/s before
   Hopper, 60 on Hopper, 90 on Blackwell from 2.25; the same in every release that has the ladder);
 - `step_lat_us(hw, algorithm, protocol)`: the latency of one step over one hop, hwLat (NVLink, PCI,
-  NET rows), NCCL's "per step" term of its time model;
+  NET rows), NCCL's "per step" term of its time model (a ring's or tree's hops within a node pay it
+  as one chain per call, engine.py chain_us; docs/des.md, "The hop chain");
 - `launch_us(algorithm, protocol)`: kernel launch and the call's fixed cost, baseLat (the Ring row
   where an algorithm's own is zero: NCCL folds NVLS and CollNet start-up into hwLat instead);
 - `nvls_efficiency`: the share of an NVLink port that NVSwitch multicast and in-switch reduction
