@@ -551,9 +551,13 @@ class _Sim:
         else:
             across = 2 if call.collective == "all_reduce" else 1
             hops = across * (call.nranks - 1) - across * (nodes - 1)
+        return max(0, hops) * self.params.step_lat_us(self._intra_hw(algorithm), algorithm, plan.protocol)
+
+    def _intra_hw(self, algorithm: str) -> str:
+        """The hwLat row of the hops within a node of `algorithm`'s graph (tuning.cc: NVLINK where the
+        graph's intra-node links are NVLink, else PCI)."""
         graph = self.job.graphs.get("tree" if algorithm == "Tree" else "ring")
-        hw = HW_NVLINK if graph is None or graph.type_intra == "NVL" else HW_PCI
-        return max(0, hops) * self.params.step_lat_us(hw, algorithm, plan.protocol)
+        return HW_NVLINK if graph is None or graph.type_intra == "NVL" else HW_PCI
 
     def router_for(self, algorithm: str) -> Router:
         """The routes of `algorithm`'s graph: worked out once per setup (a sweep's every size shares
@@ -796,6 +800,9 @@ class _Sim:
                 conn_id = prim.conn
                 cid = (c.comm, conn_id)  # each communicator has connections of its own
                 ins = [(src, self._conn(c, channel, src, rank, cid)) for src in peers_in]  # with their peers
+                # A freed slot reaches the sender a hop's step latency later (the head flag it polls);
+                # on a chained hop, the one place that latency is still paid step by step.
+                credit_lat = [self._credit_lat(c, rank, src, protocol) for src in peers_in]
                 outs = None  # looked up once the first slice's inputs are in: the first call there sets its slots
             if (prim.nelem, prim.steps) != sized:
                 sized = (prim.nelem, prim.steps)
@@ -861,10 +868,27 @@ class _Sim:
                     if up.callbacks is not None:  # not processed yet
                         state[3] = "the rest of its input"
                         yield up
-                for src, conn in ins:
-                    conn.freed += 1
-                    notify(("slot", channel, src, rank, cid))
+                for (src, conn), delay in zip(ins, credit_lat):
+                    if delay:
+                        self._free_later(conn, ("slot", channel, src, rank, cid), delay)
+                    else:
+                        conn.freed += 1
+                        notify(("slot", channel, src, rank, cid))
         self._stream_ended(channel, state)
+
+    def _credit_lat(self, c: _CallRun, rank: int, src: int, protocol: str) -> float:
+        """How late a slot freed on the connection from `src` reaches it: a hop's step latency where
+        the hop is a chained one within a node (its data pays none, chain_us), else nothing (a network
+        hop's data already carries its step latency)."""
+        if c.plan.algorithm not in _CHAINED or src < 0 or src // self.per_node != rank // self.per_node:
+            return 0.0
+        return self.params.step_lat_us(self._intra_hw(c.plan.algorithm), c.plan.algorithm, protocol)
+
+    def _free_later(self, conn: _Conn, key: tuple, delay: float) -> None:
+        def free(_event, conn=conn, key=key):
+            conn.freed += 1
+            self._notify(key)
+        self.env.timeout(delay).callbacks.append(free)
 
     def _prim_setup(self, c: _CallRun, prim, rank: int, channel: int, node: int, local: int, protocol: str
                     ) -> _PrimSetup:
