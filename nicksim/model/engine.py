@@ -46,7 +46,7 @@ from typing import NamedTuple
 import numpy as np
 import simpy
 
-from ..calls import Call
+from ..calls import NCCL_FUNC, Call
 from ..errors import UsageError
 from ..constants.tuning_tables import tuning_tables
 from ..plan.build import call_plan, job_programs
@@ -55,7 +55,7 @@ from ..plan.collnet import COLLNET_SWITCH
 from ..plan.p2p import p2p_setup
 from ..plan.pat import PAT_MAX_ROUND
 from ..plan.programs import NVLS_SWITCH
-from ..tuning.cost import ll_max_bw_gbps, net_overhead_us
+from ..tuning.cost import latency_intra_steps, ll_max_bw_gbps, net_overhead_us, time_model_rules
 from .fabric import Fabric, build_fabric, trunk_route
 from .clock import run_until
 from .faults import Fault, parse_fault, parse_straggler
@@ -430,9 +430,6 @@ class _Conn:
         self.posted += 1
 
 
-_CHAINED = ("Ring", "Tree")  # collectives whose hops within a node pay their latency as one chain per call
-
-
 class _CallRun:
     """One call as the DES runs it: its place in the rank's sequence, its plan (chunks grown by
     `factor`), the routes of its algorithm's graph, its slices per chunk and slots per connection,
@@ -450,7 +447,11 @@ class _CallRun:
         self.head_share = 1.0 / factor
         # Point-to-point prims count bytes (plan_p2p.py); collectives count elements.
         self.elem_nbytes = 1 if plan.algorithm == "P2P" else self.call.elem_nbytes
-        self.launch_us = sim.params.launch_us(plan.algorithm, plan.protocol) + sim.chain_us(plan)
+        # A ring's or tree's hops within a node pay their step latency once per call at its start (chain_us),
+        # where NCCL's latency counts them; the rest pay it step by step.
+        chain_us = sim.chain_us(plan)
+        self.chained = chain_us > 0
+        self.launch_us = sim.params.launch_us(plan.algorithm, plan.protocol) + chain_us
         # A point-to-point stream is one peer's: its primitives' setups and routes recur in no other
         # stream, so keeping them would only fill memory (an alltoall has a stream per pair of ranks).
         self.keeps_setups = plan.algorithm != "P2P"
@@ -543,14 +544,11 @@ class _Sim:
         where the pipeline would hide a per-step latency behind the data (docs/des.md, "The hop chain");
         the network's hops keep their own latency per step."""
         algorithm, call = plan.algorithm, plan.call
-        if algorithm not in _CHAINED or self.per_node < 2:
+        if algorithm not in ("Ring", "Tree") or self.per_node < 2:
             return 0.0
-        nodes = max(1, call.nranks // self.per_node)
-        if algorithm == "Tree":
-            hops = 2 * (self.per_node - 1)
-        else:
-            across = 2 if call.collective == "all_reduce" else 1
-            hops = across * (call.nranks - 1) - across * (nodes - 1)
+        rules = time_model_rules(self.params.tables.version)
+        hops = latency_intra_steps(rules, NCCL_FUNC[call.collective], algorithm, call.nranks,
+                                   max(1, call.nranks // self.per_node))
         return max(0, hops) * self.params.step_lat_us(self._intra_hw(algorithm), algorithm, plan.protocol)
 
     def _intra_hw(self, algorithm: str) -> str:
@@ -880,7 +878,7 @@ class _Sim:
         """How late a slot freed on the connection from `src` reaches it: a hop's step latency where
         the hop is a chained one within a node (its data pays none, chain_us), else nothing (a network
         hop's data already carries its step latency)."""
-        if c.plan.algorithm not in _CHAINED or src < 0 or src // self.per_node != rank // self.per_node:
+        if not c.chained or src < 0 or src // self.per_node != rank // self.per_node:
             return 0.0
         return self.params.step_lat_us(self._intra_hw(c.plan.algorithm), c.plan.algorithm, protocol)
 
@@ -927,8 +925,7 @@ class _Sim:
         multimem = prim.op in _REDUCING_NVLS or NVLS_SWITCH in prim.send_to and prim.op != "nvlsScatter"
         costly = (tuple((x, 1.0 / self.nvls_eff) for x in sorted(set(route)) if x in self.nvs_links)
                   if multimem else ())
-        # A ring's or tree's hops within a node pay their step latency once per call (chain_us), not per step.
-        chained = hw != HW_NET and c.plan.algorithm in _CHAINED
+        chained = hw != HW_NET and c.chained  # its step latency is in the call's chain (chain_us)
         lat = self.params.step_lat_us(hw, c.plan.algorithm, protocol) if hw and not chained else 0.0
         got = (targets, route, hw, route_lat, shares, net_out, posts, by_message, peers_out, costly, lat)
         if c.keeps_setups or not targets:  # a receive's is shared whoever sends

@@ -33,6 +33,7 @@ __all__ = [
     "time_model_modelled",
     "TimeModelRules",
     "time_model_rules",
+    "latency_intra_steps",
     "format_tuning_table",
     "AlgoTime",
     "algo_time",
@@ -388,14 +389,11 @@ def _latency(rules: TimeModelRules, t: TuningTables, inputs: TuneInputs, g: Grap
         if n_nodes > 1:
             overhead = net_overhead_us(inputs, params) * (NET_OVERHEAD_SIMPLE_POSTS if proto == "Simple" else 1)
         intra = max(intra, overhead)
-        if rules.ring_allreduce_inter_steps_2n:
-            inter_steps = (2 * n_nodes if n_nodes > 1 else 0) if func == "AllReduce" else n_nodes - 1
-        else:
-            inter_steps = 0 if n_nodes == 1 else 2 * (n_nodes - 1) if func == "AllReduce" else n_nodes - 1
+        inter_steps = nsteps - latency_intra_steps(rules, func, algo, n_ranks, n_nodes)
         return lat + (nsteps - inter_steps) * intra + inter_steps * inter
     if algo == "Tree":
         if func == "AllReduce":
-            lat += 2 * ((per_node - 1) * intra + _log2i(n_nodes) * inter)
+            lat += latency_intra_steps(rules, func, algo, n_ranks, n_nodes) * intra + 2 * _log2i(n_nodes) * inter
         return lat
     if algo == "CollNetDirect":
         return lat + 2 * (min(1, per_node - 1) * intra + (per_node - 1) * rules.collnet_arity_us) + inter
@@ -413,6 +411,21 @@ def _latency(rules: TimeModelRules, t: TuningTables, inputs: TuneInputs, g: Grap
         base = 8.0 if rules.pat_literal_base else lat
         return base + _log2i(n_nodes) * (inter / 3.5) + n_ranks * 2.8
     return lat
+
+
+def latency_intra_steps(rules: TimeModelRules, func: str, algo: str, n_ranks: int, n_nodes: int) -> int:
+    """The steps within a node that NCCL's latency charges a Ring or Tree AllReduce/AllGather/
+    ReduceScatter (tuning.cc: a ring's nsteps less its inter-node steps, 2n or 2(n-1) for AllReduce by
+    release; a tree's 2 x (ranks per node - 1) for AllReduce); 0 for anything else."""
+    if algo == "Tree":
+        return 2 * (n_ranks // n_nodes - 1) if func == "AllReduce" else 0
+    if algo != "Ring" or func not in ("AllReduce", "AllGather", "ReduceScatter"):
+        return 0
+    if rules.ring_allreduce_inter_steps_2n:
+        inter_steps = (2 * n_nodes if n_nodes > 1 else 0) if func == "AllReduce" else n_nodes - 1
+    else:
+        inter_steps = 0 if n_nodes == 1 else 2 * (n_nodes - 1) if func == "AllReduce" else n_nodes - 1
+    return _ring_steps(func, n_ranks) - inter_steps
 
 
 def _ring_steps(func: str, n_ranks: int) -> int:
